@@ -1,0 +1,78 @@
+-- lib/cuda.lua: the self-contained CUDA prelude every template emits (no #include, so NVRTC
+-- parses a few hundred lines instead of cuda_fp16.h): 16-bit storage types, fp32 conversions,
+-- and inline-PTX wrappers for cp.async, ldmatrix and mma.sync. Templates pick the dtype-specific
+-- names through cuda.dtype(problem.dtype).
+local cuda = {}
+
+local prelude = [[
+typedef unsigned short sj_f16;   /* IEEE half, stored as bits */
+typedef unsigned short sj_bf16;  /* bfloat16, stored as bits */
+typedef unsigned int   sj_u32;
+
+__device__ __forceinline__ float sj_f16_to_f32(sj_f16 h) {
+  float f; asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ sj_f16 sj_f32_to_f16(float f) {
+  sj_f16 h; asm("{ .reg .f16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float sj_bf16_to_f32(sj_bf16 h) { return __uint_as_float(((sj_u32)h) << 16); }
+__device__ __forceinline__ sj_bf16 sj_f32_to_bf16(float f) {
+  sj_bf16 h; asm("{ .reg .b16 t; cvt.rn.bf16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float sj_f32_to_f32(float f) { return f; }
+/* Two fp32 -> packed pair (low half = a). */
+__device__ __forceinline__ sj_u32 sj_pack_f16x2(float a, float b) {
+  sj_u32 r; asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ sj_u32 sj_pack_bf16x2(float a, float b) {
+  sj_u32 r; asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(a), "f"(b)); return r; }
+
+__device__ __forceinline__ sj_u32 sj_smem_addr(const void *p) {
+  return (sj_u32)__cvta_generic_to_shared(p); }
+/* 16-byte async copy global -> shared; src_bytes < 16 zero-fills the rest (ragged edges). */
+__device__ __forceinline__ void sj_cp_async16(sj_u32 dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes)); }
+__device__ __forceinline__ void sj_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void sj_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+
+__device__ __forceinline__ void sj_ldmatrix_x4(sj_u32 r[4], sj_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }
+__device__ __forceinline__ void sj_ldmatrix_x4_trans(sj_u32 r[4], sj_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }
+__device__ __forceinline__ void sj_ldmatrix_x2_trans(sj_u32 r[2], sj_u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(addr)); }
+]]
+
+local mma_f16 = [[
+/* D = A.B + D, m16n8k16, A row-major fragment (4 regs), B col fragment (2 regs), fp32 acc. */
+__device__ __forceinline__ void sj_mma_16816(float d[4], const sj_u32 a[4], const sj_u32 b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.@T@.@T@.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+]]
+
+local dtypes = {
+  f16  = { ctype = "sj_f16",  ptx = "f16",  to_f32 = "sj_f16_to_f32",  from_f32 = "sj_f32_to_f16",
+           pack2 = "sj_pack_f16x2",  size = 2 },
+  bf16 = { ctype = "sj_bf16", ptx = "bf16", to_f32 = "sj_bf16_to_f32", from_f32 = "sj_f32_to_bf16",
+           pack2 = "sj_pack_bf16x2", size = 2 },
+  f32  = { ctype = "float",   ptx = "f32",  to_f32 = "sj_f32_to_f32",  from_f32 = "sj_f32_to_f32",
+           size = 4 },
+}
+
+-- Names and sizes for one dtype ("f16", "bf16", "f32"); errors on anything else.
+function cuda.dtype(name)
+  local d = dtypes[name]
+  if not d then error("unknown dtype '" .. tostring(name) .. "'", 2) end
+  return d
+end
+
+-- The prelude plus the mma.sync wrapper for the input dtype (f16 or bf16).
+function cuda.prelude(in_dtype)
+  local d = cuda.dtype(in_dtype)
+  if d.size ~= 2 then error("mma inputs must be f16 or bf16, got " .. in_dtype, 2) end
+  return prelude .. (mma_f16:gsub("@T@", d.ptx))
+end
+
+return cuda
