@@ -1,0 +1,52 @@
+/* generator.h: embedded, sandboxed Lua that loads kernel templates and turns a problem plus a
+ * config into CUDA C source and launch geometry. Knows nothing of NVRTC, SQLite or the driver. */
+#ifndef SJ_GENERATOR_H
+#define SJ_GENERATOR_H
+
+#include "sparsejit.h"
+
+typedef struct gen_state gen_state;
+
+#define GEN_MAX_PARAMS 16
+#define GEN_MAX_VALUES 32
+
+/* A template's tuning space for one problem: parameter names in the template's stable order,
+ * and the candidate values of each. */
+typedef struct gen_space {
+    int n_params;
+    char names[GEN_MAX_PARAMS][16];
+    int n_values[GEN_MAX_PARAMS];
+    int values[GEN_MAX_PARAMS][GEN_MAX_VALUES];
+} gen_space;
+
+/* template_dir: NULL uses the templates compiled into the library. */
+sj_status gen_open(const char *template_dir, gen_state **out);
+void gen_close(gen_state *g);
+
+/* Template implementing op (e.g. "gemm_dense" for SJ_OP_GEMM). */
+sj_status gen_template_for_op(sj_op op, const char **name);
+/* sha256 (hex) over the template's source and every lib/ module: part of the cache key. */
+sj_status gen_template_hash(gen_state *g, const char *template_name, char hex[65]);
+
+sj_status gen_space_of(gen_state *g, const char *template_name, const sj_problem *p, gen_space *out);
+/* 1 when cfg is valid for p, 0 with reason filled when not. */
+sj_status gen_config_valid(gen_state *g, const char *template_name, const sj_problem *p,
+                           const char *config, int *valid, char *reason, size_t reason_len);
+sj_status gen_default_config(gen_state *g, const char *template_name, const sj_problem *p,
+                             char *config, size_t len);
+/* config NULL or "": the default. Output config is canonical (names sorted, "A=1,B=2"). */
+sj_status gen_generate(gen_state *g, const char *template_name, const sj_problem *p,
+                       const char *config, sj_generated **out);
+/* Optional template functions flops(problem) / bytes(problem); 0 when the template has none. */
+double gen_problem_flops(gen_state *g, const char *template_name, const sj_problem *p);
+
+/* Config strings: "BM=128,BN=64" <-> name/value arrays. Canonical form sorts names. */
+typedef struct gen_config {
+    int n;
+    char names[GEN_MAX_PARAMS][16];
+    int values[GEN_MAX_PARAMS];
+} gen_config;
+sj_status gen_config_parse(const char *text, gen_config *out);
+void gen_config_format(const gen_config *c, char *buf, size_t len); /* canonical */
+
+#endif

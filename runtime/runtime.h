@@ -1,0 +1,50 @@
+/* runtime.h: the context and the request path shared by every op module (op_*.c) and the
+ * tuner: kernel key -> in-process table -> SQLite cache -> template + NVRTC -> load. */
+#ifndef SJ_RUNTIME_H
+#define SJ_RUNTIME_H
+
+#include "sparsejit.h"
+#include "cuda_driver.h"
+#include "kernel_table.h"
+#include "../cache/cache.h"
+#include "../generator/generator.h"
+
+struct sj_context {
+    sj_context_options opts;
+    char arch[16];
+    char cache_path[1024];
+    char template_dir[1024];
+    int has_gpu;
+    char no_gpu_reason[256];
+    CUdevice device;
+    CUcontext cu_ctx;          /* the device's primary context (shared with cuBLAS/PyTorch) */
+    sj_device_info info;
+    gen_state *gen;            /* opened on first need */
+    cache_db *cache;           /* NULL when disabled */
+    kernel_table table;
+    sj_stats stats;
+    sj_kernel_info last;
+    /* per-problem forced configs (sj_set_config), a small list */
+    struct forced_config { sj_problem problem; char config[256]; } *forced;
+    int n_forced, cap_forced;
+};
+
+/* The loaded kernel for problem: forced config, else the tuned winner, else the default (or tune
+ * on miss, per policy). Hot path: one table lookup. */
+sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kernel **out);
+/* The loaded kernel for an explicit config (tuner, bench). */
+sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *config,
+                                const loaded_kernel **out);
+/* Launches with the kernel's geometry. args: the op's ABI (templates/README.md). */
+sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream);
+
+sj_status rt_require_gpu(sj_context *ctx, const char *what);
+sj_status rt_generator(sj_context *ctx, gen_state **out);
+/* Fills the cache key of problem for the context's device and the op's template. */
+sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
+/* Canonical sparsity text of a problem ("V=64,NS=2,MS=8", "T=128,C=16", ""). */
+void rt_sparsity_text(const sj_problem *p, char *buf, size_t len);
+/* Checks a device pointer argument: nonzero and aligned. */
+sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment);
+
+#endif

@@ -1,0 +1,53 @@
+/* test_util.h: what the cmocka tests share: seeded random data, host fp16/bf16 conversion,
+ * an fp64 reference GEMM, relative error, and the GPU context that skips with a reason. */
+#ifndef SJ_TEST_UTIL_H
+#define SJ_TEST_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include "sparsejit.h"
+
+/* Fails the test with sj_last_error() when a call does not return SJ_OK. */
+#define SJ_ASSERT_OK(call) \
+    do { sj_status st_ = (call); if (st_ != SJ_OK) \
+        fail_msg("%s -> %s: %s", #call, sj_status_name(st_), sj_last_error()); } while (0)
+/* Asserts a status and that the last error mentions `needle`. */
+#define SJ_ASSERT_STATUS(call, expected, needle) \
+    do { sj_status st_ = (call); if (st_ != (expected)) \
+        fail_msg("%s -> %s, expected %s (%s)", #call, sj_status_name(st_), sj_status_name(expected), sj_last_error()); \
+        if ((needle) && !strstr(sj_last_error(), (needle))) \
+        fail_msg("%s: error '%s' does not mention '%s'", #call, sj_last_error(), (needle)); } while (0)
+
+uint64_t tu_seed(void);                 /* fresh per run; printed so a failure can be replayed */
+double tu_uniform(uint64_t *state);     /* [-1, 1) */
+uint16_t tu_f32_to_f16(float f);
+float tu_f16_to_f32(uint16_t h);
+uint16_t tu_f32_to_bf16(float f);
+float tu_bf16_to_f32(uint16_t h);
+uint16_t tu_to16(sj_dtype dt, float f);
+float tu_from16(sj_dtype dt, uint16_t h);
+/* Fills n 16-bit values of dtype with uniform [-scale, scale). */
+void tu_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state);
+/* Reads element i of an output buffer of dtype (f16, bf16 or f32) as double. */
+double tu_load(sj_dtype dt, const void *buf, size_t i);
+/* C = A.B in fp64 from 16-bit inputs, row-major, A m x k (lda), B k x n (ldb). */
+void tu_ref_gemm16(sj_dtype dt, const uint16_t *A, const uint16_t *B, double *C,
+                   int64_t m, int64_t n, int64_t k);
+/* ||out - ref|| / ||ref|| over n elements; +inf if out has a NaN/Inf. */
+double tu_rel_error(sj_dtype out_dt, const void *out, const double *ref, size_t n);
+/* A GPU context, or NULL after printing why GPU tests skip (call skip() then). */
+sj_context *tu_gpu_context(void);
+/* Skips the calling test with a visible reason when there is no GPU. */
+#define TU_REQUIRE_GPU(ctx) \
+    do { (ctx) = tu_gpu_context(); if (!(ctx)) { skip(); return; } } while (0)
+/* A compile-only context for arch (no GPU needed), with the cache disabled. */
+sj_context *tu_compile_context(const char *arch);
+/* Path to the cuobjdump binary ($CUOBJDUMP, PATH, or pip's nvidia-cuda-cuobjdump), or NULL. */
+const char *tu_cuobjdump(void);
+/* A fresh temporary directory path (created) for cache files. */
+const char *tu_tempdir(void);
+
+#endif
