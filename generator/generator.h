@@ -34,6 +34,10 @@ sj_status gen_config_valid(gen_state *g, const char *template_name, const sj_pro
                            const char *config, int *valid, char *reason, size_t reason_len);
 sj_status gen_default_config(gen_state *g, const char *template_name, const sj_problem *p,
                              char *config, size_t len);
+/* The full canonical config that `config` (possibly partial: named values override the
+ * default) stands for. Unknown parameter names are refused. */
+sj_status gen_canonical_config(gen_state *g, const char *template_name, const sj_problem *p,
+                               const char *config, char *out, size_t len);
 /* config NULL or "": the default. Output config is canonical (names sorted, "A=1,B=2"). */
 sj_status gen_generate(gen_state *g, const char *template_name, const sj_problem *p,
                        const char *config, sj_generated **out);

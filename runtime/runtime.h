@@ -22,6 +22,8 @@ struct sj_context {
     gen_state *gen;            /* opened on first need */
     cache_db *cache;           /* NULL when disabled */
     kernel_table table;
+    loaded_kernel **kernels;   /* every loaded kernel, owned here; the table points into it */
+    int n_kernels, cap_kernels;
     sj_stats stats;
     sj_kernel_info last;
     /* per-problem forced configs (sj_set_config), a small list */
@@ -44,6 +46,10 @@ sj_status rt_generator(sj_context *ctx, gen_state **out);
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
 /* Canonical sparsity text of a problem ("V=64,NS=2,MS=8", "T=128,C=16", ""). */
 void rt_sparsity_text(const sj_problem *p, char *buf, size_t len);
+/* Tunes p (budgeted search) and writes the winner's config: SJ_TUNE_ON_MISS. */
+sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len);
+/* Monotonic seconds. */
+double rt_seconds(void);
 /* Checks a device pointer argument: nonzero and aligned. */
 sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment);
 

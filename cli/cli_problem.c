@@ -1,0 +1,125 @@
+/* cli_problem.c: parsing of the shared problem options (see cli_problem.h). */
+#include "cli_problem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cli_problem_help[] =
+    "  --op OP            gemm | vnm-spmm | twell-gate | twell-ffn (default gemm)\n"
+    "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows x N x K of A.B;\n"
+    "                     twell-*: tokens x d_model_out x d_model_in)\n"
+    "  --dtype T          input dtype: f16 | bf16 (default f16)\n"
+    "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
+    "  --vnm V:N:M        V:N:M sparsity for vnm-spmm (default 64:2:8)\n"
+    "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
+    "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n";
+
+static int out_set;
+
+void cli_problem_begin(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
+    out_set = 0;
+}
+
+static int parse_ints(const char *s, char sep, long long *v, int n)
+{
+    const char *p = s;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        v[i] = strtoll(p, &end, 10);
+        if (end == p) return 0;
+        if (i < n - 1) {
+            if (*end != sep) return 0;
+            p = end + 1;
+        } else if (*end) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
+{
+    const char *opt = argv[*i];
+    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", NULL };
+    int known = 0;
+    for (const char *const *n = names; *n; n++) known |= !strcmp(opt, *n);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "sparsejit: %s needs a value\n", opt);
+        return -1;
+    }
+    const char *val = argv[++*i];
+    long long v[3];
+    if (!strcmp(opt, "--op")) {
+        sj_op op;
+        if (sj_op_parse(val, &op) != SJ_OK) goto bad;
+        p->op = op;
+    } else if (!strcmp(opt, "--shape")) {
+        if (!parse_ints(val, 'x', v, 3)) {
+            fprintf(stderr, "sparsejit: --shape '%s': expected MxNxK, e.g. 4096x4096x4096\n", val);
+            return -1;
+        }
+        p->m = v[0];
+        p->n = v[1];
+        p->k = v[2];
+    } else if (!strcmp(opt, "--dtype") || !strcmp(opt, "--out")) {
+        sj_dtype d;
+        if (sj_dtype_parse(val, &d) != SJ_OK) goto bad;
+        if (!strcmp(opt, "--dtype")) p->dtype = d;
+        else {
+            p->out_dtype = d;
+            out_set = 1;
+        }
+    } else if (!strcmp(opt, "--vnm")) {
+        if (!parse_ints(val, ':', v, 3)) {
+            fprintf(stderr, "sparsejit: --vnm '%s': expected V:N:M, e.g. 64:2:8\n", val);
+            return -1;
+        }
+        p->vnm_v = (int)v[0];
+        p->vnm_n = (int)v[1];
+        p->vnm_m = (int)v[2];
+    } else if (!strcmp(opt, "--twell")) {
+        if (!parse_ints(val, ':', v, 2)) {
+            fprintf(stderr, "sparsejit: --twell '%s': expected T:C, e.g. 128:16\n", val);
+            return -1;
+        }
+        p->twell_tile = (int)v[0];
+        p->twell_capacity = (int)v[1];
+    } else {
+        if (!parse_ints(val, 0, v, 1)) {
+            fprintf(stderr, "sparsejit: --d-ff '%s': expected an integer\n", val);
+            return -1;
+        }
+        p->d_ff = v[0];
+    }
+    return 1;
+bad:
+    fprintf(stderr, "sparsejit: %s: %s\n", opt, sj_last_error());
+    return -1;
+}
+
+int cli_problem_finish(sj_problem *p)
+{
+    if (!out_set) p->out_dtype = p->dtype;
+    if (p->op == SJ_OP_VNM_SPMM && !p->vnm_v) {
+        p->vnm_v = 64;
+        p->vnm_n = 2;
+        p->vnm_m = 8;
+    }
+    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !p->twell_tile) {
+        p->twell_tile = 128;
+        p->twell_capacity = 16;
+    }
+    if (!p->m) {
+        fprintf(stderr, "sparsejit: --shape MxNxK is required\n");
+        return 0;
+    }
+    if (sj_problem_validate(p) != SJ_OK) {
+        fprintf(stderr, "sparsejit: %s\n", sj_last_error());
+        return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,635 @@
+/* generator.c: turns (template, problem, config) into CUDA source and launch geometry by calling
+ * the template's Lua functions in the sandbox; also the template hash of the cache key and the
+ * config-string format shared by the CLI, cache and tuner. */
+#include "generator.h"
+#include "lua_sandbox.h"
+#include "runtime/error.h"
+
+#include <dirent.h>
+#include <lauxlib.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { const char *name; const char *text; size_t len; } sj_embedded_file;
+extern const sj_embedded_file sj_embedded_templates[];
+
+#define GEN_MAX_FILES 64
+
+struct gen_state {
+    sandbox *sb;
+    char dir[1024];          /* "" = embedded templates */
+    struct { char name[64]; char *text; size_t len; } files[GEN_MAX_FILES]; /* read from dir */
+    int n_files;
+    struct { char name[64]; char hash[65]; } hashes[GEN_MAX_FILES];
+    int n_hashes;
+};
+
+/* ------------------------------------------------------------------ template files */
+
+static const char *read_whole_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf[n] = 0;
+                *len = (size_t)n;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static const char *gen_file(void *user, const char *name, size_t *len)
+{
+    gen_state *g = user;
+    if (!g->dir[0]) {
+        for (const sj_embedded_file *f = sj_embedded_templates; f->name; f++)
+            if (!strcmp(f->name, name)) {
+                *len = f->len;
+                return f->text;
+            }
+        return NULL;
+    }
+    for (int i = 0; i < g->n_files; i++)
+        if (!strcmp(g->files[i].name, name)) {
+            *len = g->files[i].len;
+            return g->files[i].text;
+        }
+    if (g->n_files == GEN_MAX_FILES || strlen(name) >= sizeof g->files[0].name) return NULL;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.lua", g->dir, name);
+    size_t n = 0;
+    const char *text = read_whole_file(path, &n);
+    if (!text) return NULL;
+    /* Keep the text for the state's lifetime: one consistent version per generator. */
+    snprintf(g->files[g->n_files].name, sizeof g->files[0].name, "%s", name);
+    g->files[g->n_files].text = (char *)text;
+    g->files[g->n_files].len = n;
+    g->n_files++;
+    *len = n;
+    return text;
+}
+
+sj_status gen_open(const char *template_dir, gen_state **out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "gen_open: out is NULL");
+    *out = NULL;
+    gen_state *g = calloc(1, sizeof *g);
+    if (!g) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "gen_open: out of memory");
+    if (template_dir && template_dir[0]) {
+        if (strlen(template_dir) >= sizeof g->dir) {
+            free(g);
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "template_dir is longer than %zu characters", sizeof g->dir - 1);
+        }
+        snprintf(g->dir, sizeof g->dir, "%s", template_dir);
+    }
+    char err[512];
+    g->sb = sandbox_open(gen_file, g, err, sizeof err);
+    if (!g->sb) {
+        free(g);
+        return sj_fail(SJ_ERR_TEMPLATE, "%s", err);
+    }
+    lua_State *L = sandbox_state(g->sb);
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "sj.templates");
+    *out = g;
+    return SJ_OK;
+}
+
+void gen_close(gen_state *g)
+{
+    if (!g) return;
+    sandbox_close(g->sb);
+    for (int i = 0; i < g->n_files; i++) free(g->files[i].text);
+    free(g);
+}
+
+sj_status gen_template_for_op(sj_op op, const char **name)
+{
+    switch (op) {
+    case SJ_OP_GEMM: *name = "gemm_dense"; return SJ_OK;
+    case SJ_OP_VNM_SPMM: *name = "vnm_spmm"; return SJ_OK;
+    case SJ_OP_TWELL_GATE: *name = "twell_gate"; return SJ_OK;
+    case SJ_OP_TWELL_FFN: *name = "twell_ffn"; return SJ_OK;
+    }
+    return sj_fail(SJ_ERR_INVALID_ARGUMENT, "no template for op %d", (int)op);
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Names of the lib/ modules, sorted, so the hash is over a stable sequence. */
+static int list_modules(gen_state *g, char names[][64], int max)
+{
+    int n = 0;
+    if (!g->dir[0]) {
+        for (const sj_embedded_file *f = sj_embedded_templates; f->name && n < max; f++)
+            if (!strncmp(f->name, "lib/", 4)) snprintf(names[n++], 64, "%s", f->name);
+        return n; /* the embedding script sorts them */
+    }
+    char path[1100];
+    snprintf(path, sizeof path, "%s/lib", g->dir);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && l < 56 && !strcmp(e->d_name + l - 4, ".lua"))
+            snprintf(names[n++], 64, "lib/%.*s", (int)(l - 4), e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, 64, cmp_names);
+    return n;
+}
+
+sj_status gen_template_hash(gen_state *g, const char *name, char hex[65])
+{
+    for (int i = 0; i < g->n_hashes; i++)
+        if (!strcmp(g->hashes[i].name, name)) {
+            memcpy(hex, g->hashes[i].hash, 65);
+            return SJ_OK;
+        }
+    size_t len;
+    const char *text = gen_file(g, name, &len);
+    if (!text) return sj_fail(SJ_ERR_NOT_FOUND, "no template named '%s'", name);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(md);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sha256 init failed");
+    }
+    int ok = EVP_DigestUpdate(md, name, strlen(name) + 1) == 1 && EVP_DigestUpdate(md, text, len) == 1;
+    char mods[GEN_MAX_FILES][64];
+    int n = list_modules(g, mods, GEN_MAX_FILES);
+    for (int i = 0; i < n && ok; i++) {
+        size_t ml;
+        const char *mt = gen_file(g, mods[i], &ml);
+        if (!mt) continue;
+        ok = EVP_DigestUpdate(md, mods[i], strlen(mods[i]) + 1) == 1 && EVP_DigestUpdate(md, mt, ml) == 1;
+    }
+    unsigned char digest[32];
+    unsigned int dlen = 0;
+    ok = ok && EVP_DigestFinal_ex(md, digest, &dlen) == 1 && dlen == 32;
+    EVP_MD_CTX_free(md);
+    if (!ok) return sj_fail(SJ_ERR_TEMPLATE, "sha256 of template '%s' failed", name);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    if (g->n_hashes < GEN_MAX_FILES) {
+        snprintf(g->hashes[g->n_hashes].name, sizeof g->hashes[0].name, "%s", name);
+        memcpy(g->hashes[g->n_hashes].hash, hex, 65);
+        g->n_hashes++;
+    }
+    return SJ_OK;
+}
+
+/* ------------------------------------------------------------------ config strings */
+
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n >= 16) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 1;
+}
+
+sj_status gen_config_parse(const char *text, gen_config *out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "gen_config_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!text) return SJ_OK;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        const char *eq = strchr(p, '=');
+        const char *end = p + strcspn(p, ",");
+        if (!eq || eq > end || !name_ok(p, (size_t)(eq - p)))
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': expected NAME=INTEGER pairs separated by commas", text);
+        char *num_end;
+        long v = strtol(eq + 1, &num_end, 10);
+        if (num_end == eq + 1 || num_end != end)
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': value of '%.*s' is not an integer", text,
+                           (int)(eq - p), p);
+        for (int i = 0; i < out->n; i++)
+            if ((size_t)(eq - p) == strlen(out->names[i]) && !strncmp(out->names[i], p, (size_t)(eq - p)))
+                return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': '%s' given twice", text, out->names[i]);
+        if (out->n == GEN_MAX_PARAMS)
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': more than %d parameters", text, GEN_MAX_PARAMS);
+        snprintf(out->names[out->n], sizeof out->names[0], "%.*s", (int)(eq - p), p);
+        out->values[out->n++] = (int)v;
+        p = end;
+    }
+    return SJ_OK;
+}
+
+void gen_config_format(const gen_config *c, char *buf, size_t len)
+{
+    int order[GEN_MAX_PARAMS];
+    for (int i = 0; i < c->n; i++) order[i] = i;
+    for (int i = 1; i < c->n; i++) /* insertion sort by name: canonical order */
+        for (int j = i; j > 0 && strcmp(c->names[order[j - 1]], c->names[order[j]]) > 0; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    size_t off = 0;
+    if (len) buf[0] = 0;
+    for (int i = 0; i < c->n && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s=%d", i ? "," : "", c->names[order[i]], c->values[order[i]]);
+}
+
+/* ------------------------------------------------------------------ calling the template */
+
+/* Pushes the template table of name (loading it once). */
+static sj_status push_template(gen_state *g, const char *name)
+{
+    lua_State *L = sandbox_state(g->sb);
+    lua_getfield(L, LUA_REGISTRYINDEX, "sj.templates");
+    if (lua_getfield(L, -1, name) == LUA_TTABLE) {
+        lua_remove(L, -2);
+        return SJ_OK;
+    }
+    lua_pop(L, 1);
+    char err[2048];
+    size_t len;
+    if (!gen_file(g, name, &len)) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_NOT_FOUND, "no template named '%s'%s%s", name, g->dir[0] ? " in " : "", g->dir);
+    }
+    if (sandbox_load_template(g->sb, name, err, sizeof err) != 0) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_TEMPLATE, "%s", err);
+    }
+    static const char *const required[] = { "name", "op", "params", "space", "valid", "default", "generate", NULL };
+    for (const char *const *f = required; *f; f++) {
+        if (lua_getfield(L, -1, *f) == LUA_TNIL) {
+            lua_pop(L, 3);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: the returned table has no field '%s'", name, *f);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, name);
+    lua_remove(L, -2);
+    return SJ_OK;
+}
+
+static void push_problem(lua_State *L, const sj_problem *p)
+{
+    lua_createtable(L, 0, 16);
+    lua_pushstring(L, sj_op_name(p->op));
+    lua_setfield(L, -2, "op");
+    lua_pushstring(L, sj_dtype_name(p->dtype));
+    lua_setfield(L, -2, "dtype");
+    lua_pushstring(L, sj_dtype_name(p->out_dtype));
+    lua_setfield(L, -2, "out_dtype");
+    const struct { const char *k; lua_Integer v; } f[] = {
+        { "M", p->m }, { "N", p->n }, { "K", p->k }, { "V", p->vnm_v }, { "NS", p->vnm_n }, { "MS", p->vnm_m },
+        { "T", p->twell_tile }, { "C", p->twell_capacity }, { "DFF", p->d_ff },
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        lua_pushinteger(L, f[i].v);
+        lua_setfield(L, -2, f[i].k);
+    }
+}
+
+static void push_config(lua_State *L, const gen_config *c)
+{
+    lua_createtable(L, 0, c->n);
+    for (int i = 0; i < c->n; i++) {
+        lua_pushinteger(L, c->values[i]);
+        lua_setfield(L, -2, c->names[i]);
+    }
+}
+
+/* Calls template[fn](problem [, config]) leaving nresults on the stack (template popped). */
+static sj_status call_template(gen_state *g, const char *name, const char *fn, const sj_problem *p,
+                               const gen_config *cfg, int nresults)
+{
+    lua_State *L = sandbox_state(g->sb);
+    sj_status st = push_template(g, name);
+    if (st != SJ_OK) return st;
+    if (lua_getfield(L, -1, fn) != LUA_TFUNCTION) {
+        int is_table = lua_istable(L, -1);
+        if (is_table && !cfg && nresults == 1) { /* a plain table is allowed for `space` */
+            lua_remove(L, -2);
+            return SJ_OK;
+        }
+        lua_pop(L, 2);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", name, fn);
+    }
+    lua_remove(L, -2);
+    push_problem(L, p);
+    if (cfg) push_config(L, cfg);
+    char err[4096];
+    if (sandbox_pcall(g->sb, cfg ? 2 : 1, nresults, err, sizeof err) != LUA_OK)
+        return sj_fail(SJ_ERR_TEMPLATE, "%s (in %s.%s)", err, name, fn);
+    return SJ_OK;
+}
+
+/* The template's params list, in its order. */
+static sj_status template_params(gen_state *g, const char *name, gen_config *names_only)
+{
+    lua_State *L = sandbox_state(g->sb);
+    sj_status st = push_template(g, name);
+    if (st != SJ_OK) return st;
+    memset(names_only, 0, sizeof *names_only);
+    lua_getfield(L, -1, "params");
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 2);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: 'params' must be a list of names", name);
+    }
+    lua_Integer n = luaL_len(L, -1);
+    if (n > GEN_MAX_PARAMS) {
+        lua_pop(L, 2);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: more than %d params", name, GEN_MAX_PARAMS);
+    }
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, -1, i);
+        size_t l;
+        const char *s = lua_tolstring(L, -1, &l);
+        if (!s || !name_ok(s, l)) {
+            lua_pop(L, 3);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: params[%lld] is not a short identifier", name, (long long)i);
+        }
+        snprintf(names_only->names[names_only->n++], 16, "%s", s);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return SJ_OK;
+}
+
+/* Reads a config table at the top of the stack (popped) for the template's params. */
+static sj_status read_config_table(lua_State *L, const char *name, const char *what, const gen_config *params,
+                                   gen_config *out)
+{
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s must return a table of params", name, what);
+    }
+    *out = *params;
+    for (int i = 0; i < params->n; i++) {
+        lua_getfield(L, -1, params->names[i]);
+        int isnum;
+        lua_Integer v = lua_tointegerx(L, -1, &isnum);
+        lua_pop(L, 1);
+        if (!isnum) {
+            lua_pop(L, 1);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives no integer for '%s'", name, what, params->names[i]);
+        }
+        out->values[i] = (int)v;
+    }
+    lua_pop(L, 1);
+    return SJ_OK;
+}
+
+static sj_status default_config(gen_state *g, const char *name, const sj_problem *p, gen_config *out)
+{
+    gen_config params;
+    sj_status st = template_params(g, name, &params);
+    if (st != SJ_OK) return st;
+    st = call_template(g, name, "default", p, NULL, 1);
+    if (st != SJ_OK) return st;
+    return read_config_table(sandbox_state(g->sb), name, "default()", &params, out);
+}
+
+sj_status gen_default_config(gen_state *g, const char *name, const sj_problem *p, char *config, size_t len)
+{
+    gen_config c;
+    sj_status st = default_config(g, name, p, &c);
+    if (st != SJ_OK) return st;
+    gen_config_format(&c, config, len);
+    return SJ_OK;
+}
+
+/* Full config: the default, overridden by the named values of text; unknown names refused. */
+static sj_status resolve_config(gen_state *g, const char *name, const sj_problem *p, const char *text, gen_config *out)
+{
+    gen_config given;
+    sj_status st = gen_config_parse(text, &given);
+    if (st != SJ_OK) return st;
+    st = default_config(g, name, p, out);
+    if (st != SJ_OK) return st;
+    for (int i = 0; i < given.n; i++) {
+        int found = 0;
+        for (int j = 0; j < out->n; j++)
+            if (!strcmp(out->names[j], given.names[i])) {
+                out->values[j] = given.values[i];
+                found = 1;
+            }
+        if (!found) {
+            char known[256] = "";
+            for (int j = 0; j < out->n; j++) {
+                strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
+                strncat(known, out->names[j], sizeof known - strlen(known) - 1);
+            }
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config: template %s has no parameter '%s' (it has %s)", name,
+                           given.names[i], known);
+        }
+    }
+    return SJ_OK;
+}
+
+sj_status gen_canonical_config(gen_state *g, const char *name, const sj_problem *p, const char *config,
+                               char *out, size_t len)
+{
+    gen_config c;
+    sj_status st = resolve_config(g, name, p, config, &c);
+    if (st != SJ_OK) return st;
+    gen_config_format(&c, out, len);
+    return SJ_OK;
+}
+
+static sj_status check_valid(gen_state *g, const char *name, const sj_problem *p, const gen_config *c,
+                             int *valid, char *reason, size_t reason_len)
+{
+    lua_State *L = sandbox_state(g->sb);
+    sj_status st = call_template(g, name, "valid", p, c, 2);
+    if (st != SJ_OK) return st;
+    *valid = lua_toboolean(L, -2);
+    if (reason && reason_len) {
+        const char *r = lua_tostring(L, -1);
+        snprintf(reason, reason_len, "%s", *valid ? "" : (r ? r : "rejected by the template's constraints"));
+    }
+    lua_pop(L, 2);
+    return SJ_OK;
+}
+
+sj_status gen_config_valid(gen_state *g, const char *name, const sj_problem *p, const char *config, int *valid,
+                           char *reason, size_t reason_len)
+{
+    gen_config c;
+    sj_status st = resolve_config(g, name, p, config, &c);
+    if (st != SJ_OK) return st;
+    return check_valid(g, name, p, &c, valid, reason, reason_len);
+}
+
+sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_space *out)
+{
+    gen_config params;
+    sj_status st = template_params(g, name, &params);
+    if (st != SJ_OK) return st;
+    st = call_template(g, name, "space", p, NULL, 1);
+    if (st != SJ_OK) return st;
+    lua_State *L = sandbox_state(g->sb);
+    memset(out, 0, sizeof *out);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space must be (or return) a table", name);
+    }
+    out->n_params = params.n;
+    for (int i = 0; i < params.n; i++) {
+        snprintf(out->names[i], sizeof out->names[i], "%s", params.names[i]);
+        lua_getfield(L, -1, params.names[i]);
+        if (!lua_istable(L, -1)) {
+            lua_pop(L, 2);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space has no list for param '%s'", name, params.names[i]);
+        }
+        lua_Integer n = luaL_len(L, -1);
+        if (n < 1 || n > GEN_MAX_VALUES) {
+            lua_pop(L, 2);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s must list 1..%d values", name, params.names[i],
+                           GEN_MAX_VALUES);
+        }
+        for (lua_Integer j = 1; j <= n; j++) {
+            lua_geti(L, -1, j);
+            int isnum;
+            lua_Integer v = lua_tointegerx(L, -1, &isnum);
+            lua_pop(L, 1);
+            if (!isnum) {
+                lua_pop(L, 2);
+                return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s[%lld] is not an integer", name,
+                               params.names[i], (long long)j);
+            }
+            out->values[i][j - 1] = (int)v;
+        }
+        out->n_values[i] = (int)n;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return SJ_OK;
+}
+
+static sj_status read_dim3(lua_State *L, const char *name, const char *field, unsigned out[3])
+{
+    lua_getfield(L, -1, field);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs %s = {x, y, z}", name, field);
+    }
+    for (int i = 0; i < 3; i++) {
+        lua_geti(L, -1, i + 1);
+        int isnum = 1;
+        lua_Integer v = lua_isnil(L, -1) && i > 0 ? 1 : lua_tointegerx(L, -1, &isnum); /* {x} means {x,1,1} */
+        lua_pop(L, 1);
+        if (!isnum || v < 1 || v > 0x7fffffff) {
+            lua_pop(L, 1);
+            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s[%d] must be a positive integer", name, field, i + 1);
+        }
+        out[i] = (unsigned)v;
+    }
+    lua_pop(L, 1);
+    return SJ_OK;
+}
+
+static char *dup_field(lua_State *L, const char *field)
+{
+    lua_getfield(L, -1, field);
+    size_t n;
+    const char *s = lua_tolstring(L, -1, &n);
+    char *copy = NULL;
+    if (s && lua_type(L, -1) == LUA_TSTRING && (copy = malloc(n + 1))) memcpy(copy, s, n + 1);
+    lua_pop(L, 1);
+    return copy;
+}
+
+void sj_generated_free(sj_generated *x)
+{
+    if (!x) return;
+    free(x->source);
+    free(x->entry);
+    free(x->config);
+    free(x->template_name);
+    free(x);
+}
+
+sj_status gen_generate(gen_state *g, const char *name, const sj_problem *p, const char *config, sj_generated **out)
+{
+    *out = NULL;
+    gen_config c;
+    sj_status st = resolve_config(g, name, p, config, &c);
+    if (st != SJ_OK) return st;
+    char canon[256], reason[512];
+    gen_config_format(&c, canon, sizeof canon);
+    int valid = 0;
+    st = check_valid(g, name, p, &c, &valid, reason, sizeof reason);
+    if (st != SJ_OK) return st;
+    if (!valid)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config %s is not valid for this problem: %s", canon, reason);
+    st = call_template(g, name, "generate", p, &c, 1);
+    if (st != SJ_OK) return st;
+    lua_State *L = sandbox_state(g->sb);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() must return a table", name);
+    }
+    sj_generated *x = calloc(1, sizeof *x);
+    if (!x) {
+        lua_pop(L, 1);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+    }
+    x->source = dup_field(L, "source");
+    x->entry = dup_field(L, "entry");
+    x->config = strdup(canon);
+    x->template_name = strdup(name);
+    if (!x->source || !x->entry) {
+        lua_pop(L, 1);
+        sj_generated_free(x);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs string fields source and entry", name);
+    }
+    if ((st = read_dim3(L, name, "grid", x->grid)) != SJ_OK || (st = read_dim3(L, name, "block", x->block)) != SJ_OK) {
+        lua_pop(L, 1);
+        sj_generated_free(x);
+        return st;
+    }
+    lua_getfield(L, -1, "shared");
+    lua_Integer shared = lua_isnil(L, -1) ? 0 : lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    if (shared < 0 || shared > 232448) {
+        sj_generated_free(x);
+        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: shared = %lld bytes is outside 0..232448", name, (long long)shared);
+    }
+    x->shared_bytes = (unsigned)shared;
+    if (!x->config || !x->template_name) {
+        sj_generated_free(x);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+    }
+    if (!strstr(x->source, x->entry)) {
+        sj_status s2 = sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: entry '%s' does not occur in the source", name, x->entry);
+        sj_generated_free(x);
+        return s2;
+    }
+    *out = x;
+    return SJ_OK;
+}
+
+double gen_problem_flops(gen_state *g, const char *name, const sj_problem *p)
+{
+    lua_State *L = sandbox_state(g->sb);
+    if (push_template(g, name) != SJ_OK) return 0;
+    int has = lua_getfield(L, -1, "flops") == LUA_TFUNCTION;
+    lua_pop(L, 2);
+    if (!has || call_template(g, name, "flops", p, NULL, 1) != SJ_OK) return 0;
+    double v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}

@@ -1,0 +1,316 @@
+/* context.c: the sparsejit context: device discovery through the driver API (or a compile-only
+ * context without a GPU), device info, counters, device memory helpers, and the public
+ * generate/compile entry points. A context is used by one thread at a time. */
+#include "error.h"
+#include "runtime.h"
+#include "generator/nvrtc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sj_context_options_init(sj_context_options *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->tune_policy = SJ_TUNE_NEVER;
+}
+
+/* sm_90 gets the arch-specific sm_90a (wgmma, setmaxnreg); other archs their plain name. */
+static void arch_of(int major, int minor, char *buf, size_t len)
+{
+    if (major == 9 && minor == 0) snprintf(buf, len, "sm_90a");
+    else snprintf(buf, len, "sm_%d%d", major, minor);
+}
+
+static sj_status open_gpu(sj_context *ctx)
+{
+    char reason[256] = "";
+    if (sj_cuda_load(reason, sizeof reason) != SJ_OK) {
+        snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "%s", reason);
+        return SJ_ERR_NO_GPU;
+    }
+    int count = 0;
+    CUresult r = sj_cu.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count == 0) {
+        snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "the NVIDIA driver reports no CUDA device");
+        return SJ_ERR_NO_GPU;
+    }
+    if (ctx->opts.device_ordinal < 0 || ctx->opts.device_ordinal >= count)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: this machine has devices 0..%d",
+                       ctx->opts.device_ordinal, count - 1);
+    SJ_CU_CHECK(sj_cu.cuDeviceGet(&ctx->device, ctx->opts.device_ordinal), "cuDeviceGet");
+    SJ_CU_CHECK(sj_cu.cuDevicePrimaryCtxRetain(&ctx->cu_ctx, ctx->device), "cuDevicePrimaryCtxRetain");
+    SJ_CU_CHECK(sj_cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
+    sj_device_info *d = &ctx->info;
+    SJ_CU_CHECK(sj_cu.cuDeviceGetName(d->name, sizeof d->name, ctx->device), "cuDeviceGetName");
+    int v = 0;
+#define ATTR(field, attr) \
+    SJ_CU_CHECK(sj_cu.cuDeviceGetAttribute(&v, attr, ctx->device), "cuDeviceGetAttribute(" #attr ")"); field = v;
+    ATTR(d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+    ATTR(d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    ATTR(d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    ATTR(d->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+    ATTR(d->max_shared_per_block_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+#undef ATTR
+    SJ_CU_CHECK(sj_cu.cuDeviceTotalMem(&d->total_memory, ctx->device), "cuDeviceTotalMem");
+    SJ_CU_CHECK(sj_cu.cuDriverGetVersion(&d->driver_version), "cuDriverGetVersion");
+    arch_of(d->cc_major, d->cc_minor, d->arch, sizeof d->arch);
+    if (d->cc_major < 8)
+        return sj_fail(SJ_ERR_UNSUPPORTED, "%s has compute capability %d.%d; sparsejit needs 8.0 or newer (Sparse Tensor Cores, cp.async)",
+                       d->name, d->cc_major, d->cc_minor);
+    ctx->has_gpu = 1;
+    d->has_gpu = 1;
+    return SJ_OK;
+}
+
+sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_context_create: out is NULL");
+    *out = NULL;
+    sj_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_context_create: out of memory");
+    if (opts) ctx->opts = *opts;
+    else sj_context_options_init(&ctx->opts);
+    if (ctx->opts.tune_policy < SJ_TUNE_NEVER || ctx->opts.tune_policy > SJ_TUNE_PINNED) {
+        int policy = (int)ctx->opts.tune_policy;
+        free(ctx);
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.tune_policy %d: expected SJ_TUNE_NEVER, SJ_TUNE_ON_MISS or SJ_TUNE_PINNED",
+                       policy);
+    }
+    kernel_table_init(&ctx->table);
+
+    sj_status st = open_gpu(ctx);
+    if (st != SJ_OK && st != SJ_ERR_NO_GPU) goto fail;
+    if (st == SJ_ERR_NO_GPU && ctx->opts.require_gpu) {
+        st = sj_fail(SJ_ERR_NO_GPU, "no GPU: %s", ctx->no_gpu_reason);
+        goto fail;
+    }
+    snprintf(ctx->info.no_gpu_reason, sizeof ctx->info.no_gpu_reason, "%s", ctx->no_gpu_reason);
+    if (ctx->opts.arch) {
+        if (strlen(ctx->opts.arch) >= sizeof ctx->arch || strncmp(ctx->opts.arch, "sm_", 3)) {
+            st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s': expected e.g. sm_80 or sm_90a", ctx->opts.arch);
+            goto fail;
+        }
+        if (ctx->has_gpu && strcmp(ctx->opts.arch, ctx->info.arch)) {
+            st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s' differs from the GPU's %s (%s): kernels could not run",
+                         ctx->opts.arch, ctx->info.arch, ctx->info.name);
+            goto fail;
+        }
+        snprintf(ctx->arch, sizeof ctx->arch, "%s", ctx->opts.arch);
+    } else {
+        snprintf(ctx->arch, sizeof ctx->arch, "%s", ctx->has_gpu ? ctx->info.arch : "sm_90a");
+    }
+    snprintf(ctx->info.arch, sizeof ctx->info.arch, "%s", ctx->arch);
+    ctx->info.nvrtc_version = nvrtc_version_number();
+
+    const char *tdir = ctx->opts.template_dir ? ctx->opts.template_dir : getenv("SPARSEJIT_TEMPLATE_DIR");
+    snprintf(ctx->template_dir, sizeof ctx->template_dir, "%s", tdir ? tdir : "");
+
+    const char *cache = ctx->opts.cache_path;
+    if (!cache) {
+        st = cache_default_path(ctx->cache_path, sizeof ctx->cache_path);
+        if (st != SJ_OK) goto fail;
+    } else {
+        snprintf(ctx->cache_path, sizeof ctx->cache_path, "%s", cache);
+    }
+    if (ctx->cache_path[0]) {
+        st = cache_open(ctx->cache_path, &ctx->cache);
+        if (st != SJ_OK) {
+            sj_fail_context(st, "opening the kernel cache %s (set SPARSEJIT_CACHE or opts.cache_path; \"\" disables it)",
+                            ctx->cache_path);
+            goto fail;
+        }
+    }
+    snprintf(ctx->info.cache_path, sizeof ctx->info.cache_path, "%s", ctx->cache_path);
+    sj_clear_error();
+    *out = ctx;
+    return SJ_OK;
+fail:
+    sj_context_destroy(ctx);
+    return st;
+}
+
+sj_status sj_context_destroy(sj_context *ctx)
+{
+    if (!ctx) return SJ_OK;
+    sj_status st = SJ_OK;
+    if (ctx->has_gpu) sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
+    for (int i = 0; i < ctx->n_kernels; i++) {
+        if (ctx->kernels[i]->module && sj_cu.cuModuleUnload(ctx->kernels[i]->module) != CUDA_SUCCESS)
+            st = sj_fail(SJ_ERR_CUDA, "cuModuleUnload failed while destroying the context");
+        free(ctx->kernels[i]);
+    }
+    free(ctx->kernels);
+    kernel_table_free(&ctx->table);
+    free(ctx->forced);
+    cache_close(ctx->cache);
+    gen_close(ctx->gen);
+    if (ctx->cu_ctx) sj_cu.cuDevicePrimaryCtxRelease(ctx->device);
+    free(ctx);
+    return st;
+}
+
+sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out)
+{
+    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_get_device_info: %s is NULL", !ctx ? "ctx" : "out");
+    *out = ctx->info;
+    return SJ_OK;
+}
+
+sj_status sj_get_stats(sj_context *ctx, sj_stats *out)
+{
+    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_get_stats: %s is NULL", !ctx ? "ctx" : "out");
+    *out = ctx->stats;
+    return SJ_OK;
+}
+
+sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out)
+{
+    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_last_kernel_info: %s is NULL", !ctx ? "ctx" : "out");
+    if (!ctx->last.source) return sj_fail(SJ_ERR_NOT_FOUND, "no op has run on this context yet");
+    *out = ctx->last;
+    return SJ_OK;
+}
+
+sj_status rt_require_gpu(sj_context *ctx, const char *what)
+{
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    if (!ctx->has_gpu) return sj_fail(SJ_ERR_NO_GPU, "%s needs a GPU: %s", what, ctx->no_gpu_reason);
+    CUresult r = sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
+    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuCtxSetCurrent");
+    return SJ_OK;
+}
+
+sj_status rt_generator(sj_context *ctx, gen_state **out)
+{
+    if (!ctx->gen) {
+        sj_status st = gen_open(ctx->template_dir[0] ? ctx->template_dir : NULL, &ctx->gen);
+        if (st != SJ_OK) return st;
+    }
+    *out = ctx->gen;
+    return SJ_OK;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: out is NULL");
+    *out = 0;
+    if (!bytes) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: bytes must be > 0");
+    sj_status st = rt_require_gpu(ctx, "sj_malloc");
+    if (st != SJ_OK) return st;
+    CUdeviceptr p;
+    CUresult r = sj_cu.cuMemAlloc(&p, bytes);
+    if (r != CUDA_SUCCESS) {
+        sj_cuda_fail(r, "cuMemAlloc");
+        return sj_fail_context(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
+                               "sj_malloc(%zu bytes)", bytes);
+    }
+    *out = p;
+    return SJ_OK;
+}
+
+sj_status sj_free(sj_context *ctx, sj_devptr ptr)
+{
+    if (!ptr) return SJ_OK;
+    sj_status st = rt_require_gpu(ctx, "sj_free");
+    if (st != SJ_OK) return st;
+    SJ_CU_CHECK(sj_cu.cuMemFree(ptr), "cuMemFree");
+    return SJ_OK;
+}
+
+sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t bytes)
+{
+    sj_status st = rt_require_gpu(ctx, "sj_memcpy_htod");
+    if (st != SJ_OK) return st;
+    if (!dst || !src) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_htod: %s is NULL", !dst ? "dst" : "src");
+    SJ_CU_CHECK(sj_cu.cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+    return SJ_OK;
+}
+
+sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes)
+{
+    sj_status st = rt_require_gpu(ctx, "sj_memcpy_dtoh");
+    if (st != SJ_OK) return st;
+    if (!dst || !src) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_dtoh: %s is NULL", !dst ? "dst" : "src");
+    SJ_CU_CHECK(sj_cu.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+    return SJ_OK;
+}
+
+sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size_t bytes)
+{
+    sj_status st = rt_require_gpu(ctx, "sj_memset_u8");
+    if (st != SJ_OK) return st;
+    if (!dst) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memset_u8: dst is NULL");
+    SJ_CU_CHECK(sj_cu.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+    return SJ_OK;
+}
+
+sj_status sj_synchronize(sj_context *ctx)
+{
+    sj_status st = rt_require_gpu(ctx, "sj_synchronize");
+    if (st != SJ_OK) return st;
+    SJ_CU_CHECK(sj_cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)");
+    return SJ_OK;
+}
+
+/* ------------------------------------------------------------------ generate and compile */
+
+sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config, sj_generated **out)
+{
+    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
+    *out = NULL;
+    sj_status st = sj_problem_validate(problem);
+    if (st != SJ_OK) return st;
+    const char *tname;
+    gen_state *g;
+    if ((st = gen_template_for_op(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    st = gen_generate(g, tname, problem, config, out);
+    if (st == SJ_OK) ctx->stats.lua_generations++;
+    return st;
+}
+
+sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
+{
+    if (!ctx || !g || !cubin || !cubin_size)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
+    double secs = 0;
+    sj_status st = nvrtc_compile(g->source, g->entry, ctx->arch, cubin, cubin_size, log, &secs);
+    ctx->stats.nvrtc_compiles++;
+    ctx->stats.nvrtc_seconds += secs;
+    return st;
+}
+
+sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config)
+{
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: ctx is NULL");
+    sj_status st = sj_problem_validate(problem);
+    if (st != SJ_OK) return st;
+    sj_problem norm;
+    kernel_table_normalize(problem, &norm);
+    if (config && strlen(config) >= sizeof ctx->forced[0].config)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
+    for (int i = 0; i < ctx->n_forced; i++)
+        if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) {
+            if (config && config[0]) {
+                snprintf(ctx->forced[i].config, sizeof ctx->forced[i].config, "%s", config);
+            } else {
+                ctx->forced[i] = ctx->forced[--ctx->n_forced];
+            }
+            return SJ_OK;
+        }
+    if (!config || !config[0]) return SJ_OK;
+    if (ctx->n_forced == ctx->cap_forced) {
+        int cap = ctx->cap_forced ? ctx->cap_forced * 2 : 8;
+        void *p = realloc(ctx->forced, (size_t)cap * sizeof *ctx->forced);
+        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_set_config: out of memory");
+        ctx->forced = p;
+        ctx->cap_forced = cap;
+    }
+    ctx->forced[ctx->n_forced].problem = norm;
+    snprintf(ctx->forced[ctx->n_forced].config, sizeof ctx->forced[0].config, "%s", config);
+    ctx->n_forced++;
+    return SJ_OK;
+}

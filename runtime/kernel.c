@@ -1,0 +1,252 @@
+/* kernel.c: the request path of one kernel (../shared/design.md): in-process table, then the
+ * SQLite cache, then template + NVRTC (stored back into the cache), then load and launch. */
+#include "error.h"
+#include "runtime.h"
+#include "generator/nvrtc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double rt_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key)
+{
+    memset(key, 0, sizeof *key);
+    const char *tname;
+    gen_state *g;
+    sj_status st;
+    if ((st = gen_template_for_op(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((st = gen_template_hash(g, tname, key->template_hash)) != SJ_OK) return st;
+    snprintf(key->gpu, sizeof key->gpu, "%s", ctx->has_gpu ? ctx->info.name : "");
+    snprintf(key->arch, sizeof key->arch, "%s", ctx->arch);
+    key->sm_count = ctx->info.sm_count;
+    key->driver_version = ctx->info.driver_version;
+    key->nvrtc_version = ctx->info.nvrtc_version;
+    snprintf(key->template_name, sizeof key->template_name, "%s", tname);
+    snprintf(key->op, sizeof key->op, "%s", sj_op_name(p->op));
+    snprintf(key->dtype, sizeof key->dtype, "%s", sj_dtype_name(p->dtype));
+    snprintf(key->out_dtype, sizeof key->out_dtype, "%s", sj_dtype_name(p->out_dtype));
+    key->m = p->m;
+    key->n = p->n;
+    key->k = p->k;
+    rt_sparsity_text(p, key->sparsity, sizeof key->sparsity);
+    return SJ_OK;
+}
+
+static sj_status remember(sj_context *ctx, loaded_kernel *k)
+{
+    if (ctx->n_kernels == ctx->cap_kernels) {
+        int cap = ctx->cap_kernels ? ctx->cap_kernels * 2 : 16;
+        void *p = realloc(ctx->kernels, (size_t)cap * sizeof *ctx->kernels);
+        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "kernel list: out of memory");
+        ctx->kernels = p;
+        ctx->cap_kernels = cap;
+    }
+    ctx->kernels[ctx->n_kernels++] = k;
+    return SJ_OK;
+}
+
+/* Loads a cubin into a new loaded_kernel owned by the context. */
+static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_kernel *ck, const char *tname,
+                            sj_kernel_source source, loaded_kernel **out)
+{
+    loaded_kernel *k = calloc(1, sizeof *k);
+    if (!k) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "loading kernel: out of memory");
+    kernel_table_normalize(p, &k->problem);
+    snprintf(k->config, sizeof k->config, "%s", ck->config);
+    snprintf(k->template_name, sizeof k->template_name, "%s", tname);
+    memcpy(k->grid, ck->grid, sizeof k->grid);
+    memcpy(k->block, ck->block, sizeof k->block);
+    k->shared_bytes = ck->shared_bytes;
+    k->source = source;
+    CUresult r = sj_cu.cuModuleLoadData(&k->module, ck->cubin);
+    if (r != CUDA_SUCCESS) {
+        free(k);
+        return sj_cuda_fail(r, "cuModuleLoadData (cubin built for another arch or driver?)");
+    }
+    sj_status st = SJ_OK;
+    r = sj_cu.cuModuleGetFunction(&k->function, k->module, ck->entry);
+    if (r != CUDA_SUCCESS) st = sj_cuda_fail(r, "cuModuleGetFunction");
+    if (st == SJ_OK && k->shared_bytes > 48 * 1024) {
+        if (k->shared_bytes > ctx->info.max_shared_per_block_optin)
+            st = sj_fail(SJ_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; %s allows %zu", ck->entry,
+                         k->shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
+        else if ((r = sj_cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               (int)k->shared_bytes)) != CUDA_SUCCESS)
+            st = sj_cuda_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+    if (st == SJ_OK) st = remember(ctx, k);
+    if (st != SJ_OK) {
+        sj_cu.cuModuleUnload(k->module);
+        free(k);
+        return st;
+    }
+    *out = k;
+    return SJ_OK;
+}
+
+/* Generates and compiles (p, canonical config), storing the cubin in the cache. */
+static sj_status build(sj_context *ctx, const sj_problem *p, const cache_key *key, const char *tname,
+                       const char *config, cache_kernel *ck)
+{
+    gen_state *g;
+    sj_status st = rt_generator(ctx, &g);
+    if (st != SJ_OK) return st;
+    sj_generated *gen = NULL;
+    double t0 = rt_seconds();
+    st = gen_generate(g, tname, p, config, &gen);
+    if (st != SJ_OK) return st;
+    ctx->stats.lua_generations++;
+    ctx->stats.lua_seconds += rt_seconds() - t0;
+    memset(ck, 0, sizeof *ck);
+    snprintf(ck->config, sizeof ck->config, "%s", gen->config);
+    snprintf(ck->entry, sizeof ck->entry, "%s", gen->entry);
+    memcpy(ck->grid, gen->grid, sizeof ck->grid);
+    memcpy(ck->block, gen->block, sizeof ck->block);
+    ck->shared_bytes = gen->shared_bytes;
+    char *log = NULL;
+    st = nvrtc_compile(gen->source, gen->entry, ctx->arch, &ck->cubin, &ck->cubin_size, &log, &ck->compile_seconds);
+    ctx->stats.nvrtc_compiles++;
+    ctx->stats.nvrtc_seconds += ck->compile_seconds;
+    free(log);
+    sj_generated_free(gen);
+    if (st != SJ_OK) return sj_fail_context(st, "compiling %s config %s", tname, ck->config);
+    if (ctx->cache && cache_put_kernel(ctx->cache, key, ck) != SJ_OK) {
+        /* The kernel is good; a cache that cannot store it only costs a later compile. */
+        fprintf(stderr, "sparsejit: warning: could not store kernel in %s: %s\n", ctx->cache_path, sj_last_error());
+    }
+    return SJ_OK;
+}
+
+sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *config, const loaded_kernel **out)
+{
+    const char *cfg = config ? config : "";
+    loaded_kernel *k = cfg[0] ? kernel_table_get(&ctx->table, p, cfg) : NULL;
+    if (k) {
+        ctx->stats.table_hits++;
+        *out = k;
+        return SJ_OK;
+    }
+    sj_status st = rt_require_gpu(ctx, "loading a kernel");
+    if (st != SJ_OK) return st;
+    const char *tname;
+    gen_state *g;
+    if ((st = gen_template_for_op(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    char canon[256];
+    if ((st = gen_canonical_config(g, tname, p, cfg, canon, sizeof canon)) != SJ_OK) return st;
+    k = kernel_table_get(&ctx->table, p, canon);
+    if (!k) {
+        cache_key key;
+        if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
+        cache_kernel ck;
+        memset(&ck, 0, sizeof ck);
+        sj_kernel_source source = SJ_FROM_CACHE;
+        st = ctx->cache ? cache_get_kernel(ctx->cache, &key, canon, &ck) : SJ_ERR_NOT_FOUND;
+        if (st == SJ_OK) {
+            ctx->stats.cache_hits++;
+        } else {
+            if (st != SJ_ERR_NOT_FOUND)
+                fprintf(stderr, "sparsejit: warning: cache lookup failed, rebuilding: %s\n", sj_last_error());
+            if (ctx->cache) ctx->stats.cache_misses++;
+            source = SJ_FROM_COMPILE;
+            if ((st = build(ctx, p, &key, tname, canon, &ck)) != SJ_OK) return st;
+        }
+        st = load_cubin(ctx, p, &ck, tname, source, &k);
+        free(ck.cubin);
+        if (st != SJ_OK) return st;
+        if ((st = kernel_table_put(&ctx->table, p, canon, k)) != SJ_OK) return st;
+    } else {
+        ctx->stats.table_hits++;
+    }
+    if (strcmp(canon, cfg) && cfg[0] && (st = kernel_table_put(&ctx->table, p, cfg, k)) != SJ_OK) return st;
+    *out = k;
+    return SJ_OK;
+}
+
+static const char *forced_config(const sj_context *ctx, const sj_problem *p)
+{
+    if (!ctx->n_forced) return NULL;
+    sj_problem norm;
+    kernel_table_normalize(p, &norm);
+    for (int i = 0; i < ctx->n_forced; i++)
+        if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) return ctx->forced[i].config;
+    return NULL;
+}
+
+static void note_last(sj_context *ctx, const loaded_kernel *k, sj_kernel_source source, sj_config_origin origin)
+{
+    ctx->last.source = source;
+    ctx->last.origin = origin;
+    snprintf(ctx->last.config, sizeof ctx->last.config, "%s", k->config);
+    snprintf(ctx->last.template_name, sizeof ctx->last.template_name, "%s", k->template_name);
+}
+
+sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kernel **out)
+{
+    const char *forced = forced_config(ctx, p);
+    if (forced) {
+        uint64_t hits = ctx->stats.table_hits;
+        sj_status st = rt_kernel_with_config(ctx, p, forced, out);
+        if (st == SJ_OK)
+            note_last(ctx, *out, ctx->stats.table_hits > hits ? SJ_FROM_TABLE : (*out)->source, SJ_CONFIG_EXPLICIT);
+        return st;
+    }
+    loaded_kernel *k = kernel_table_get(&ctx->table, p, "");
+    if (k) { /* the hot path */
+        ctx->stats.table_hits++;
+        if (ctx->last.source != SJ_FROM_TABLE || ctx->last.origin != k->origin || strcmp(ctx->last.config, k->config))
+            note_last(ctx, k, SJ_FROM_TABLE, k->origin);
+        *out = k;
+        return SJ_OK;
+    }
+    sj_status st = rt_require_gpu(ctx, "running an op");
+    if (st != SJ_OK) return st;
+    char config[256] = "";
+    sj_config_origin origin = SJ_CONFIG_DEFAULT;
+    if (ctx->opts.tune_policy != SJ_TUNE_PINNED && ctx->cache) {
+        cache_key key;
+        cache_winner w;
+        if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
+        st = cache_get_winner(ctx->cache, &key, &w);
+        if (st == SJ_OK) {
+            snprintf(config, sizeof config, "%s", w.config);
+            origin = SJ_CONFIG_TUNED;
+        } else if (st != SJ_ERR_NOT_FOUND) {
+            return st;
+        }
+    }
+    if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS) {
+        if ((st = rt_tune_on_miss(ctx, p, config, sizeof config)) != SJ_OK) return st;
+        origin = SJ_CONFIG_TUNED;
+    }
+    const loaded_kernel *chosen;
+    if ((st = rt_kernel_with_config(ctx, p, config, &chosen)) != SJ_OK) return st;
+    k = (loaded_kernel *)chosen;
+    k->origin = origin;
+    if ((st = kernel_table_put(&ctx->table, p, "", k)) != SJ_OK) return st;
+    note_last(ctx, k, k->source, origin);
+    *out = k;
+    return SJ_OK;
+}
+
+/* Until the tuner is linked in, tuning on a miss is refused rather than silently skipped. */
+sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len)
+{
+    return sj_fail(SJ_ERR_UNSUPPORTED, "SJ_TUNE_ON_MISS: the tuner is not available in this build");
+}
+
+sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream)
+{
+    CUresult r = sj_cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+                                      k->block[2], k->shared_bytes, (CUstream)stream, args, NULL);
+    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuLaunchKernel");
+    ctx->stats.launches++;
+    return SJ_OK;
+}
