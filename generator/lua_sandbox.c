@@ -50,7 +50,7 @@ static void count_hook(lua_State *L, lua_Debug *ar)
     sandbox *s = sandbox_of(L);
     s->instructions += SANDBOX_HOOK_EVERY;
     if (s->instructions > s->instruction_limit)
-        luaL_error(L, "template exceeded the instruction limit (%llu): endless loop?", s->instruction_limit);
+        luaL_error(L, "template exceeded the instruction limit (%d million): endless loop?", (int)(s->instruction_limit / 1000000));
 }
 
 /* here(): {file = "templates/x.lua", line = N} of the caller. */

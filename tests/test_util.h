@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+#include <string.h>
 #include <cmocka.h>
 #include "sparsejit.h"
 
@@ -14,12 +15,17 @@
 #define SJ_ASSERT_OK(call) \
     do { sj_status st_ = (call); if (st_ != SJ_OK) \
         fail_msg("%s -> %s: %s", #call, sj_status_name(st_), sj_last_error()); } while (0)
-/* Asserts a status and that the last error mentions `needle`. */
-#define SJ_ASSERT_STATUS(call, expected, needle) \
-    do { sj_status st_ = (call); if (st_ != (expected)) \
-        fail_msg("%s -> %s, expected %s (%s)", #call, sj_status_name(st_), sj_status_name(expected), sj_last_error()); \
-        if ((needle) && !strstr(sj_last_error(), (needle))) \
-        fail_msg("%s: error '%s' does not mention '%s'", #call, sj_last_error(), (needle)); } while (0)
+/* Asserts a status and that the last error mentions `needle` (NULL: any message). */
+#define SJ_ASSERT_STATUS(call, expected, needle)                                                       \
+    do {                                                                                               \
+        sj_status st_ = (call);                                                                        \
+        const char *needle_ = (needle);                                                                \
+        if (st_ != (expected))                                                                         \
+            fail_msg("%s -> %s, expected %s (%s)", #call, sj_status_name(st_), sj_status_name(expected), \
+                     sj_last_error());                                                                 \
+        if (needle_ && !strstr(sj_last_error(), needle_))                                              \
+            fail_msg("%s: error '%s' does not mention '%s'", #call, sj_last_error(), needle_);         \
+    } while (0)
 
 uint64_t tu_seed(void);                 /* fresh per run; printed so a failure can be replayed */
 double tu_uniform(uint64_t *state);     /* [-1, 1) */

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# cli_smoke.sh: the CLI on any machine: help for every command, info without a GPU, gen of
+# every op's default kernel, and clear errors (exit 2) for bad options.
+set -u
+cli="$1"
+fail() { echo "FAIL: $*"; exit 1; }
+"$cli" --help | grep -q "commands:" || fail "--help"
+for c in info gen bench tune cache run; do
+  "$cli" "$c" --help >/dev/null || fail "$c --help"
+done
+"$cli" info | grep -qE "^(GPU|arch):" || fail "info"
+"$cli" info --json | grep -q '"nvrtc_version":' || fail "info --json"
+"$cli" gen --op gemm --shape 256x128x64 --dtype bf16 --out f32 | grep -q "mma.sync" || fail "gen gemm"
+out=$("$cli" gen --op gemm --shape 0x1x1 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "problem.m = 0" || fail "gen with m=0 must exit 2 naming m (got $rc: $out)"
+out=$("$cli" gen --op gemm --shape 64x64 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "expected MxNxK" || fail "bad --shape (got $rc: $out)"
+out=$("$cli" gen --op nope --shape 1x1x1 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'" || fail "bad --op (got $rc: $out)"
+out=$("$cli" gen --op gemm --shape 64x64x64 --dtype f64 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown dtype 'f64'" || fail "bad --dtype (got $rc: $out)"
+out=$("$cli" frobnicate 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "unknown command must exit 2"
+echo "cli smoke: ok"

@@ -1,0 +1,224 @@
+/* test_runtime.c: the runtime on the CPU: contexts without a GPU, argument checking with clear
+ * messages, the in-process kernel table, and the thread-local last error. */
+#include "test_util.h"
+#include "runtime/runtime.h"
+#include "runtime/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static sj_problem gemm(int64_t m, int64_t n, int64_t k)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, m, n, k);
+    return p;
+}
+
+static void test_context_without_gpu(void **state)
+{
+    sj_context *ctx = NULL;
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = "";
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    sj_device_info d;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &d));
+    assert_true(d.nvrtc_version >= 12000);
+    assert_string_equal(d.cache_path, "");
+    if (!d.has_gpu) {
+        assert_true(strlen(d.no_gpu_reason) > 0);
+        assert_string_equal(d.arch, "sm_90a");
+        sj_devptr p = 0;
+        SJ_ASSERT_STATUS(sj_malloc(ctx, 64, &p), SJ_ERR_NO_GPU, "needs a GPU");
+        sj_problem pr = gemm(64, 64, 64);
+        SJ_ASSERT_STATUS(sj_gemm(ctx, &pr, 0x1000, 0x2000, 0x3000, NULL), SJ_ERR_NO_GPU, "needs a GPU");
+        SJ_ASSERT_STATUS(sj_synchronize(ctx), SJ_ERR_NO_GPU, d.no_gpu_reason);
+        /* require_gpu turns the compile-only context into a clear failure */
+        sj_context *c2 = (sj_context *)0x1;
+        o.require_gpu = 1;
+        SJ_ASSERT_STATUS(sj_context_create(&o, &c2), SJ_ERR_NO_GPU, "no GPU");
+        assert_null(c2);
+    }
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+}
+
+static void test_context_bad_options(void **state)
+{
+    sj_context *ctx = NULL;
+    SJ_ASSERT_STATUS(sj_context_create(NULL, NULL), SJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = "";
+    o.tune_policy = (sj_tune_policy)7;
+    SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_INVALID_ARGUMENT, "opts.tune_policy 7");
+    o.tune_policy = SJ_TUNE_NEVER;
+    o.arch = "compute_90";
+    SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_INVALID_ARGUMENT, "opts.arch 'compute_90'");
+    assert_null(ctx);
+    /* a cache path that cannot be created is reported with the path */
+    o.arch = NULL;
+    o.cache_path = "/proc/sparsejit-no/kernels.db";
+    SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_IO, "/proc/sparsejit-no/kernels.db");
+}
+
+static void test_gemm_bad_arguments(void **state)
+{
+    sj_context *ctx = tu_compile_context("sm_90a");
+    assert_non_null(ctx);
+    sj_problem p = gemm(128, 128, 128);
+    SJ_ASSERT_STATUS(sj_gemm(NULL, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    SJ_ASSERT_STATUS(sj_gemm(ctx, NULL, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "problem is NULL");
+    p = gemm(0, 128, 128);
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "problem.m = 0");
+    p = gemm(128, -5, 128);
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "problem.n = -5");
+    p = gemm(128, 128, (int64_t)1 << 40);
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "exceeds the limit");
+    p = gemm(128, 128, 128);
+    p.dtype = (sj_dtype)42;
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "problem.dtype 42");
+    p.dtype = SJ_DTYPE_F32;
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "expected f16 or bf16");
+    p = gemm(128, 128, 128);
+    p.out_dtype = (sj_dtype)0;
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "problem.out_dtype");
+    p = gemm(128, 128, 128);
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 0, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "A is a null device pointer");
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 18, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "B = 0x12 is not 16-byte aligned");
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 8, NULL), SJ_ERR_INVALID_ARGUMENT, "C = 0x8 is not 16-byte aligned");
+    p.op = SJ_OP_VNM_SPMM;
+    p.vnm_v = 64; p.vnm_n = 2; p.vnm_m = 8;
+    SJ_ASSERT_STATUS(sj_gemm(ctx, &p, 16, 16, 16, NULL), SJ_ERR_INVALID_ARGUMENT, "expected gemm");
+    sj_context_destroy(ctx);
+}
+
+static void test_problem_validation(void **state)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_VNM_SPMM, SJ_DTYPE_BF16, 256, 256, 256);
+    p.vnm_v = 48; p.vnm_n = 2; p.vnm_m = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "V must be 16, 32, 64 or 128");
+    p.vnm_v = 64; p.vnm_m = 3;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "M must be in 4..128");
+    p.vnm_m = 8; p.vnm_n = 3;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "only N = 2");
+    p.vnm_n = 2;
+    SJ_ASSERT_OK(sj_problem_validate(&p));
+    char d[128];
+    SJ_ASSERT_OK(sj_problem_describe(&p, d, sizeof d));
+    assert_string_equal(d, "vnm-spmm bf16->bf16 256x256x256 V=64,NS=2,MS=8");
+    sj_problem_init(&p, SJ_OP_TWELL_FFN, SJ_DTYPE_F16, 64, 64, 64);
+    p.twell_tile = 64; p.twell_capacity = 65;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "capacity <= tile");
+    p.twell_capacity = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "problem.d_ff");
+    sj_dtype dt;
+    SJ_ASSERT_STATUS(sj_dtype_parse("f8", &dt), SJ_ERR_INVALID_ARGUMENT, "unknown dtype 'f8'");
+    SJ_ASSERT_OK(sj_dtype_parse("bf16", &dt));
+    assert_int_equal(dt, SJ_DTYPE_BF16);
+    sj_op op;
+    SJ_ASSERT_STATUS(sj_op_parse("conv", &op), SJ_ERR_INVALID_ARGUMENT, "unknown op 'conv'");
+}
+
+static void test_generate_and_compile_errors(void **state)
+{
+    sj_context *ctx = tu_compile_context("sm_80");
+    assert_non_null(ctx);
+    sj_problem p = gemm(64, 64, 64);
+    sj_generated *g = NULL;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "NOPE=1", &g), SJ_ERR_INVALID_ARGUMENT, "no parameter 'NOPE'");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=abc", &g), SJ_ERR_INVALID_ARGUMENT, "not an integer");
+    assert_null(g);
+    SJ_ASSERT_OK(sj_generate(ctx, &p, NULL, &g));
+    void *cubin = NULL;
+    size_t size = 0;
+    SJ_ASSERT_STATUS(sj_compile(ctx, g, NULL, &size, NULL), SJ_ERR_INVALID_ARGUMENT, "must be non-NULL");
+    /* a corrupted source is an NVRTC error with the log in the message */
+    char *saved = g->source;
+    g->source = "extern \"C\" __global__ void k() { this is not cuda; }";
+    SJ_ASSERT_STATUS(sj_compile(ctx, g, &cubin, &size, NULL), SJ_ERR_NVRTC, "error");
+    g->source = saved;
+    sj_generated_free(g);
+    sj_stats st;
+    SJ_ASSERT_OK(sj_get_stats(ctx, &st));
+    assert_int_equal(st.nvrtc_compiles, 1);
+    assert_int_equal(st.lua_generations, 1);
+    sj_context_destroy(ctx);
+}
+
+/* The kernel table against a plain list, through growth and forgets. */
+static void test_kernel_table(void **state)
+{
+    kernel_table t;
+    kernel_table_init(&t);
+    enum { N = 700 };
+    static loaded_kernel ks[N];
+    for (int i = 0; i < N; i++) {
+        sj_problem p = gemm(64 + i, 64, 64);
+        char cfg[32];
+        snprintf(cfg, sizeof cfg, i % 2 ? "BM=%d" : "", i);
+        SJ_ASSERT_OK(kernel_table_put(&t, &p, cfg, &ks[i]));
+    }
+    assert_int_equal(t.count, N);
+    for (int i = 0; i < N; i++) {
+        sj_problem p = gemm(64 + i, 64, 64);
+        char cfg[32];
+        snprintf(cfg, sizeof cfg, i % 2 ? "BM=%d" : "", i);
+        assert_ptr_equal(kernel_table_get(&t, &p, cfg), &ks[i]);
+        assert_null(kernel_table_get(&t, &p, "BM=999999"));
+    }
+    /* fields that do not select a kernel (vnm_* of a gemm) do not change the key */
+    sj_problem q = gemm(64, 64, 64);
+    q.vnm_v = 99;
+    assert_ptr_equal(kernel_table_get(&t, &q, ""), &ks[0]);
+    for (int i = 0; i < N; i += 2) {
+        sj_problem p = gemm(64 + i, 64, 64);
+        kernel_table_forget(&t, &p);
+    }
+    for (int i = 0; i < N; i++) {
+        sj_problem p = gemm(64 + i, 64, 64);
+        char cfg[32];
+        snprintf(cfg, sizeof cfg, i % 2 ? "BM=%d" : "", i);
+        if (i % 2) assert_ptr_equal(kernel_table_get(&t, &p, cfg), &ks[i]);
+        else assert_null(kernel_table_get(&t, &p, cfg));
+    }
+    assert_int_equal(t.count, N / 2);
+    char big[400];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    SJ_ASSERT_STATUS(kernel_table_put(&t, &q, big, &ks[0]), SJ_ERR_INVALID_ARGUMENT, "longer than");
+    kernel_table_free(&t);
+}
+
+static void *other_thread(void *arg)
+{
+    *(int *)arg = sj_last_error()[0] == 0;
+    return NULL;
+}
+
+static void test_last_error_is_thread_local(void **state)
+{
+    sj_fail(SJ_ERR_IO, "main thread failure");
+    int clean = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread, &clean), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(clean, 1);
+    assert_string_equal(sj_last_error(), "main thread failure");
+    assert_string_equal(sj_status_name(SJ_ERR_NVRTC), "NVRTC error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_context_without_gpu),
+        cmocka_unit_test(test_context_bad_options),
+        cmocka_unit_test(test_gemm_bad_arguments),
+        cmocka_unit_test(test_problem_validation),
+        cmocka_unit_test(test_generate_and_compile_errors),
+        cmocka_unit_test(test_kernel_table),
+        cmocka_unit_test(test_last_error_is_thread_local),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
