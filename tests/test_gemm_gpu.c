@@ -1,0 +1,179 @@
+/* test_gemm_gpu.c: dense GEMM on the GPU against a CPU fp64 reference on fresh random data
+ * (square, ragged and tiny shapes, every dtype pair), and the cache path: a second process
+ * gets its kernels from SQLite with zero NVRTC compiles, a third from a changed template misses. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint64_t rng;
+
+static double tolerance(sj_dtype in, sj_dtype out)
+{
+    /* fp32 accumulation; the output rounding dominates: 2^-8 for bf16, 2^-11 for f16 */
+    if (out == SJ_DTYPE_BF16 || in == SJ_DTYPE_BF16) return 1e-2;
+    return 2e-3;
+}
+
+/* Runs C = A.B for one problem on ctx and returns the relative error against fp64. */
+static double run_gemm(sj_context *ctx, const sj_problem *p)
+{
+    size_t na = (size_t)(p->m * p->k), nb = (size_t)(p->k * p->n), nc = (size_t)(p->m * p->n);
+    size_t osz = sj_dtype_size(p->out_dtype);
+    uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
+    void *C = malloc(nc * osz);
+    double *ref = malloc(nc * sizeof(double));
+    assert_true(A && B && C && ref);
+    tu_fill16(p->dtype, A, na, 1.0f, &rng);
+    tu_fill16(p->dtype, B, nb, 1.0f, &rng);
+    tu_ref_gemm16(p->dtype, A, B, ref, p->m, p->n, p->k);
+    sj_devptr dA, dB, dC;
+    SJ_ASSERT_OK(sj_malloc(ctx, na * 2, &dA));
+    SJ_ASSERT_OK(sj_malloc(ctx, nb * 2, &dB));
+    SJ_ASSERT_OK(sj_malloc(ctx, nc * osz, &dC));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, dA, A, na * 2));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, dB, B, nb * 2));
+    SJ_ASSERT_OK(sj_memset_u8(ctx, dC, 0xFF, nc * osz)); /* NaN in every dtype: unwritten outputs fail */
+    SJ_ASSERT_OK(sj_gemm(ctx, p, dA, dB, dC, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, C, dC, nc * osz));
+    double err = tu_rel_error(p->out_dtype, C, ref, nc);
+    sj_free(ctx, dA);
+    sj_free(ctx, dB);
+    sj_free(ctx, dC);
+    free(A);
+    free(B);
+    free(C);
+    free(ref);
+    return err;
+}
+
+static void test_gemm_matches_fp64(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const int64_t shapes[][3] = {
+        { 256, 256, 256 }, { 512, 384, 1024 }, { 1000, 520, 264 }, /* ragged M and N, K % 8 == 0 */
+        { 129, 67, 45 },   /* nothing a multiple of anything */
+        { 1, 1, 1 }, { 17, 33, 7 }, { 3, 1000, 9 }, { 640, 8, 4096 },
+    };
+    const sj_dtype pairs[][2] = {
+        { SJ_DTYPE_F16, SJ_DTYPE_F16 }, { SJ_DTYPE_F16, SJ_DTYPE_F32 },
+        { SJ_DTYPE_BF16, SJ_DTYPE_BF16 }, { SJ_DTYPE_BF16, SJ_DTYPE_F32 }, { SJ_DTYPE_F16, SJ_DTYPE_BF16 },
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t d = 0; d < sizeof pairs / sizeof *pairs; d++) {
+            sj_problem p;
+            sj_problem_init(&p, SJ_OP_GEMM, pairs[d][0], shapes[s][0], shapes[s][1], shapes[s][2]);
+            p.out_dtype = pairs[d][1];
+            double err = run_gemm(ctx, &p);
+            sj_kernel_info ki;
+            SJ_ASSERT_OK(sj_last_kernel_info(ctx, &ki));
+            char desc[128];
+            sj_problem_describe(&p, desc, sizeof desc);
+            fprintf(stderr, "# %-36s %-40s rel err %.2e\n", desc, ki.config, err);
+            if (!(err < tolerance(pairs[d][0], pairs[d][1])))
+                fail_msg("%s config %s: relative error %.3e over %.1e", desc, ki.config, err,
+                         tolerance(pairs[d][0], pairs[d][1]));
+        }
+}
+
+/* Every config of the space that the template accepts for one ragged shape is correct. */
+static void test_gemm_configs_match_fp64(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const char *configs[] = { "BM=64,BN=64,BK=32,WM=32,WN=32,STAGES=2", "BM=128,BN=128,BK=32,WM=64,WN=32,STAGES=3",
+                              "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3", "BM=256,BN=128,BK=64,WM=64,WN=64,STAGES=3" };
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, 777, 1000, 520);
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        sj_status st = sj_set_config(ctx, &p, configs[i]);
+        SJ_ASSERT_OK(st);
+        sj_generated *g = NULL;
+        if (sj_generate(ctx, &p, configs[i], &g) != SJ_OK) {
+            fprintf(stderr, "# config %s not valid here: %s\n", configs[i], sj_last_error());
+            continue;
+        }
+        sj_generated_free(g);
+        double err = run_gemm(ctx, &p);
+        fprintf(stderr, "# config %-44s rel err %.2e\n", configs[i], err);
+        if (!(err < 2e-3)) fail_msg("config %s: relative error %.3e", configs[i], err);
+    }
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+}
+
+/* Child process: one GEMM with a context on cache_path; exits with its NVRTC compile count
+ * (+100 if the kernel did not come from where `expect` says). */
+static int child_gemm(const char *cache_path, sj_kernel_source expect)
+{
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = cache_path;
+    o.require_gpu = 1;
+    sj_context *ctx;
+    if (sj_context_create(&o, &ctx) != SJ_OK) return 200;
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_BF16, 384, 256, 128);
+    double err = run_gemm(ctx, &p);
+    sj_kernel_info ki;
+    sj_stats st;
+    if (sj_last_kernel_info(ctx, &ki) != SJ_OK || sj_get_stats(ctx, &st) != SJ_OK || !(err < 1e-2)) return 201;
+    int rc = (int)st.nvrtc_compiles + (ki.source == expect ? 0 : 100);
+    sj_context_destroy(ctx);
+    return rc;
+}
+
+/* A fresh process (exec, not a bare fork: CUDA must not be inherited across fork). */
+static int run_child(const char *cache_path, sj_kernel_source expect)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char e[8];
+        snprintf(e, sizeof e, "%d", (int)expect);
+        execl("/proc/self/exe", "test_gemm_gpu", "--child", cache_path, e, (char *)NULL);
+        _exit(254);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+static void test_second_process_loads_from_cache(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    char path[512];
+    snprintf(path, sizeof path, "%s/kernels.db", tu_tempdir());
+    assert_int_equal(run_child(path, SJ_FROM_COMPILE), 1);  /* cold: one compile */
+    assert_int_equal(run_child(path, SJ_FROM_CACHE), 0);    /* warm: zero compiles, from SQLite */
+    /* a changed template (its hash) must not reuse the stored kernel */
+    char tdir[512], cmd[2048];
+    snprintf(tdir, sizeof tdir, "%s", tu_tempdir());
+    snprintf(cmd, sizeof cmd, "cp -r %s/templates/. %s/ && echo '-- changed' >> %s/gemm_dense.lua", SJ_SOURCE_DIR, tdir, tdir);
+    assert_int_equal(system(cmd), 0);
+    setenv("SPARSEJIT_TEMPLATE_DIR", tdir, 1);
+    assert_int_equal(run_child(path, SJ_FROM_COMPILE), 1);
+    assert_int_equal(run_child(path, SJ_FROM_CACHE), 0);
+    unsetenv("SPARSEJIT_TEMPLATE_DIR");
+    assert_int_equal(run_child(path, SJ_FROM_CACHE), 0);    /* the original entry is still there */
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && !strcmp(argv[1], "--child")) {
+        rng = 12345;
+        return child_gemm(argv[2], (sj_kernel_source)atoi(argv[3]));
+    }
+    rng = tu_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_matches_fp64),
+        cmocka_unit_test(test_gemm_configs_match_fp64),
+        cmocka_unit_test(test_second_process_loads_from_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
