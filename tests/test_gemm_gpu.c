@@ -154,7 +154,7 @@ static void test_second_process_loads_from_cache(void **state)
     /* a changed template (its hash) must not reuse the stored kernel */
     char tdir[512], cmd[2048];
     snprintf(tdir, sizeof tdir, "%s", tu_tempdir());
-    snprintf(cmd, sizeof cmd, "cp -r %s/templates/. %s/ && echo '-- changed' >> %s/gemm_dense.lua", SJ_SOURCE_DIR, tdir, tdir);
+    snprintf(cmd, sizeof cmd, "cp -r %s/templates/. %s/ && echo '-- changed' >> %s/gemm_dense.lua", tu_source_dir(), tdir, tdir);
     assert_int_equal(system(cmd), 0);
     setenv("SPARSEJIT_TEMPLATE_DIR", tdir, 1);
     assert_int_equal(run_child(path, SJ_FROM_COMPILE), 1);

@@ -25,7 +25,7 @@ static void write_file(const char *rel, const char *text)
 static void copy_lib(const char *name)
 {
     char src[512];
-    snprintf(src, sizeof src, "%s/templates/lib/%s", SJ_SOURCE_DIR, name);
+    snprintf(src, sizeof src, "%s/templates/lib/%s", tu_source_dir(), name);
     FILE *f = fopen(src, "r");
     assert_non_null(f);
     static char buf[1 << 16];

@@ -176,3 +176,9 @@ const char *tu_tempdir(void)
     if (!mkdtemp(dir)) return NULL;
     return dir;
 }
+
+const char *tu_source_dir(void)
+{
+    const char *env = getenv("SJ_SOURCE_DIR");
+    return env && env[0] ? env : SJ_SOURCE_DIR;
+}

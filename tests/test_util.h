@@ -53,6 +53,8 @@ sj_context *tu_gpu_context(void);
 sj_context *tu_compile_context(const char *arch);
 /* Path to the cuobjdump binary ($CUOBJDUMP, PATH, or pip's nvidia-cuda-cuobjdump), or NULL. */
 const char *tu_cuobjdump(void);
+/* The source tree: $SJ_SOURCE_DIR (a build moved to another machine), else where it was built. */
+const char *tu_source_dir(void);
 /* A fresh temporary directory path (created) for cache files. */
 const char *tu_tempdir(void);
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# gpu_check.sh: the one command that re-checks sparsejit's numbers on a GPU machine. Builds
+# (or takes a prebuilt build folder), runs every test binary (GPU tests included: they must pass,
+# not skip), runs the benchmarks (each op against cuBLAS dense in the same process, interleaved),
+# writes CSV/logs to $OUT (default bench/out), and prints a short table last.
+#
+#   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick] [--only tests|bench]
+set -u -o pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=""
+quick=0
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) build=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-$root/bench/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="${build:+$build/lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ -z "$build" ]; then
+  build="$root/build-gpu"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 &&
+    cmake --build "$build" -j"$(nproc)" >>"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
+fi
+cli="$build/sparsejit"
+export SJ_SOURCE_DIR="$root"
+work=$(mktemp -d /tmp/sparsejit-gpu-check-XXXXXX)
+export SPARSEJIT_CACHE="$work/kernels.db"   # fresh: the numbers include no stale entry
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
+"$cli" info
+
+failed=0
+summary="$out/tests.txt"
+: >"$summary"
+if [ "$only" != "bench" ]; then
+  for t in "$build"/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    start=$(date +%s.%N)
+    SPARSEJIT_CACHE="$work/$name.db" "$t" >"$out/$name.log" 2>&1
+    rc=$?
+    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    skipped=$(grep -c '^\[  SKIPPED \]' "$out/$name.log")
+    status=pass
+    [ $rc -ne 0 ] && status=FAIL && failed=1
+    [ $rc -eq 0 ] && [ "$skipped" -gt 0 ] && status="skip($skipped)" && failed=1
+    printf '%-28s %-10s %6.1fs\n' "$name" "$status" "$secs" | tee -a "$summary"
+    [ $rc -ne 0 ] && grep -E 'ERROR|FAIL|error' "$out/$name.log" | head -20
+  done
+  "$root/tests/cli_smoke.sh" "$cli" >"$out/cli_smoke.log" 2>&1 && echo "cli_smoke                    pass" | tee -a "$summary" ||
+    { echo "cli_smoke FAIL"; cat "$out/cli_smoke.log"; failed=1; }
+fi
+[ "$only" = "tests" ] && exit $failed
+
+csv="$out/bench.csv"
+"$cli" bench --op gemm --shape 64x64x64 --csv-header --rounds 1 --no-cublas 2>/dev/null | head -1 >"$csv"
+bench() { "$cli" bench --csv "$@" 2>>"$out/bench.log" | tail -1 >>"$csv" || echo "bench $* failed" | tee -a "$out/bench.log"; }
+for dt in f16 bf16; do
+  bench --op gemm --shape 4096x4096x4096 --dtype $dt
+  bench --op gemm --shape 8192x8192x8192 --dtype $dt
+done
+if [ $quick -eq 1 ]; then
+  vnm_shapes="28672x8192x8192"; vnm_v="64"; dtypes="f16"
+else
+  vnm_shapes="4096x4096x4096 11008x8192x4096 4096x8192x11008 28672x8192x8192"; vnm_v="64 128"; dtypes="f16 bf16"
+fi
+# vnm-spmm shapes are rows x N x K: the issue's (rows x K x N) 11008x4096x8192 is 11008x8192x4096 here
+for dt in $dtypes; do for s in $vnm_shapes; do for v in $vnm_v; do for m in 4 8 16 32; do
+  bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m"
+done; done; done; done
+for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
+  set -- $dims
+  [ $quick -eq 1 ] && [ "$tok" = 2048 ] && continue
+  bench --op twell-ffn --shape "${tok}x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
+done; done; done
+for tok in 2048 8192; do
+  bench --op twell-gate --shape "${tok}x11008x4096" --dtype f16 --sparsity 0.99
+done
+"$build/sparsejit_bench_jit" | tee "$out/jit.txt"
+rm -rf "$work"
+
+echo
+echo "== tests"; cat "$summary"
+echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
+awk -F, 'NR==1{next} {printf "%-10s %-5s %-16s %-12s %10.1f us %8.1f TF  cuBLAS %10.1f us  %6.2fx\n",$2,$3,$5"x"$6"x"$7,$8,$13,$16,$17,$19}' "$csv"
+exit $failed
