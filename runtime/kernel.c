@@ -236,10 +236,20 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     return SJ_OK;
 }
 
-/* Until the tuner is linked in, tuning on a miss is refused rather than silently skipped. */
+/* SJ_TUNE_ON_MISS: a budgeted search, so a first call costs seconds, not minutes. */
 sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len)
 {
-    return sj_fail(SJ_ERR_UNSUPPORTED, "SJ_TUNE_ON_MISS: the tuner is not available in this build");
+    sj_tune_options o;
+    sj_tune_options_init(&o);
+    o.strategy = SJ_TUNE_RANDOM;
+    o.budget_trials = 24;
+    o.budget_seconds = 60;
+    sj_tune_result r;
+    sj_status st = sj_tune(ctx, p, &o, &r);
+    if (st != SJ_OK) return sj_fail_context(st, "tuning on first use (SJ_TUNE_ON_MISS)");
+    snprintf(config, len, "%s", r.config);
+    sj_tune_result_free(&r);
+    return SJ_OK;
 }
 
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream)
