@@ -254,6 +254,12 @@ sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, si
 
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream)
 {
+    /* The context may be used from another thread than the one that created it. */
+    CUcontext current = NULL;
+    if (sj_cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu_ctx) {
+        CUresult r = sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
+        if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuCtxSetCurrent");
+    }
     CUresult r = sj_cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                                       k->block[2], k->shared_bytes, (CUstream)stream, args, NULL);
     if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuLaunchKernel");
