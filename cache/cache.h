@@ -55,6 +55,11 @@ typedef struct cache_winner {
     int64_t tuned_at;        /* unix seconds */
 } cache_winner;
 
+/* The default cache path, as sj_context_options.cache_path documents: $SPARSEJIT_CACHE, else
+ * $XDG_CACHE_HOME/sparsejit/kernels.db, else ~/.cache/sparsejit/kernels.db (an empty variable,
+ * or a relative $XDG_CACHE_HOME, counts as unset). SJ_ERR_INVALID_ARGUMENT when len is too small. */
+sj_status cache_default_path(char *buf, size_t len);
+
 /* path "" or NULL is refused; parent directories are created. A file that is not a valid
  * sparsejit database (or fails integrity) is moved aside to path + ".corrupt" and recreated. */
 sj_status cache_open(const char *path, cache_db **out);
@@ -71,7 +76,10 @@ sj_status cache_put_kernel(cache_db *db, const cache_key *key, const cache_kerne
 /* The tuned winner for key, SJ_ERR_NOT_FOUND when the key was never tuned. */
 sj_status cache_get_winner(cache_db *db, const cache_key *key, cache_winner *out);
 /* Stores all trials and the winner (and its kernel) in one transaction. The winner row is
- * replaced only when the new median is lower, or when replace_winner is set. */
+ * replaced only when the new median is lower, or when replace_winner is set. winner may be NULL
+ * (every candidate failed: trials only); kernel may be NULL, else its config must be the
+ * winner's. Trials get the winner's strategy; a non-finite trial time is stored as unknown (NaN
+ * when read back). winner->tuned_at 0 means now. */
 sj_status cache_put_tuning(cache_db *db, const cache_key *key, const cache_trial *trials,
                            int n_trials, const cache_winner *winner, const cache_kernel *kernel,
                            int replace_winner);
@@ -80,6 +88,8 @@ sj_status cache_put_tuning(cache_db *db, const cache_key *key, const cache_trial
 typedef int (*cache_list_fn)(void *user, const cache_key *key, const cache_winner *winner,
                              int n_kernels, int n_trials);
 sj_status cache_list(cache_db *db, cache_list_fn fn, void *user);
+/* Trials in order: successful ones fastest first, then the rest; a callback returning nonzero
+ * stops either listing. Callbacks run outside the cache's lock and may call the cache. */
 typedef int (*cache_trial_fn)(void *user, const cache_trial *trial);
 sj_status cache_list_trials(cache_db *db, const cache_key *key, cache_trial_fn fn, void *user);
 

@@ -1,0 +1,384 @@
+/* transfer.c: moving tuned entries between machines of one GPU model. Export copies the
+ * matching keys with their kernels, trials and winners into a fresh database file (written
+ * under a temporary name, then linked into place: never a partial file, never an overwrite).
+ * Import merges a file into the open cache, refusing entries for another arch, driver or NVRTC
+ * version, re-checking every cubin's sha256 and keeping the best winner. */
+#include "cache_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+/* ---------------------------------------------------------------- export */
+
+/* Creates an initialized, empty sparsejit database at tmp (rollback journal: a self-contained
+ * single file once closed). */
+static sj_status create_export_file(const char *tmp)
+{
+    sqlite3 *db = NULL;
+    cache_file_kind kind;
+    int version;
+    char why[320];
+    sj_status st = cachei_open_conn(tmp, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, &db, &kind,
+                                    &version, why, sizeof why);
+    if (st != SJ_OK) return st;
+    if (kind != CACHE_FILE_EMPTY)
+        st = sj_fail(SJ_ERR_CACHE, "cache export: temporary file %s is not empty", tmp);
+    if (st == SJ_OK) st = cachei_configure(db, tmp, 0);
+    if (st == SJ_OK) st = cachei_migrate(db, tmp);
+    if (sqlite3_close(db) != SQLITE_OK && st == SJ_OK)
+        st = sj_fail(SJ_ERR_CACHE, "cache export: closing %s failed", tmp);
+    return st;
+}
+
+static sj_status exec_step(cache_db *c, const char *sql, const char *bind1, const char *bind2,
+                           const char *what, int *changes)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(c->db, sql, -1, &s, NULL);
+    if (rc == SQLITE_OK && bind1) rc = sqlite3_bind_text(s, 1, bind1, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK && bind2) rc = sqlite3_bind_text(s, 2, bind2, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_step(s);
+    sj_status st = rc == SQLITE_DONE ? SJ_OK : cachei_fail(c->db, c->path, what);
+    if (st == SJ_OK && changes) *changes = sqlite3_changes(c->db);
+    sqlite3_finalize(s);
+    return st;
+}
+
+/* Copies the matching entries into the database attached as "xfer". */
+static sj_status copy_to_attached(cache_db *c, const char *gpu, const char *arch, int *n_keys)
+{
+    /* A deferred transaction on purpose: it writes only to the private temporary file, which no
+     * other connection knows, so its write lock cannot be contended; the live cache is only
+     * read, from one consistent snapshot, and other processes keep writing meanwhile. */
+    if (sqlite3_exec(c->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+        return cachei_fail(c->db, c->path, "export: BEGIN");
+    static const char *const copies[] = {
+        "INSERT INTO xfer.kernels (id, key_id, config, entry, grid_x, grid_y, grid_z, block_x, block_y, "
+        "block_z, shared_bytes, cubin, cubin_sha256, compile_seconds, created_at) "
+        "SELECT id, key_id, config, entry, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
+        "shared_bytes, cubin, cubin_sha256, compile_seconds, created_at FROM main.kernels "
+        "WHERE key_id IN (SELECT id FROM xfer.keys)",
+        "INSERT INTO xfer.trials (key_id, config, status, median_us, p20_us, p80_us, tflops, "
+        "compile_seconds, strategy, created_at) SELECT key_id, config, status, median_us, p20_us, "
+        "p80_us, tflops, compile_seconds, strategy, created_at FROM main.trials "
+        "WHERE key_id IN (SELECT id FROM xfer.keys)",
+        "INSERT INTO xfer.winners (key_id, config, median_us, tflops, strategy, tuned_at) "
+        "SELECT key_id, config, median_us, tflops, strategy, tuned_at FROM main.winners "
+        "WHERE key_id IN (SELECT id FROM xfer.keys)",
+    };
+    /* ids are kept: the file is fresh, and the other tables refer to them */
+    sj_status st = exec_step(c,
+        "INSERT INTO xfer.keys (id, key_text, gpu, arch, sm_count, driver_version, nvrtc_version, "
+        "template_name, template_hash, op, dtype, out_dtype, m, n, k, sparsity, created_at) "
+        "SELECT id, key_text, gpu, arch, sm_count, driver_version, nvrtc_version, template_name, "
+        "template_hash, op, dtype, out_dtype, m, n, k, sparsity, created_at FROM main.keys "
+        "WHERE (?1 IS NULL OR gpu=?1) AND (?2 IS NULL OR arch=?2)",
+        gpu, arch, "export keys", n_keys);
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0] && st == SJ_OK; i++)
+        st = exec_step(c, copies[i], NULL, NULL, "export rows", NULL);
+    return st == SJ_OK ? cachei_commit(c->db, c->path, "export") : cachei_rollback(c->db, st);
+}
+
+/* Puts tmp at dst unless dst exists: link() fails with EEXIST atomically; a file system without
+ * hard links gets a checked rename (a race with another writer of dst is then possible). */
+static sj_status publish(const char *tmp, const char *dst)
+{
+    if (link(tmp, dst) == 0) {
+        if (unlink(tmp) != 0)
+            return sj_fail(SJ_ERR_IO, "cache export: cannot remove temporary %s: %s", tmp, strerror(errno));
+        return SJ_OK;
+    }
+    if (errno == EEXIST)
+        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
+    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EMLINK)
+        return sj_fail(SJ_ERR_IO, "cache export: cannot create %s: %s", dst, strerror(errno));
+    if (access(dst, F_OK) == 0)
+        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
+    if (rename(tmp, dst) != 0)
+        return sj_fail(SJ_ERR_IO, "cache export: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
+    return SJ_OK;
+}
+
+sj_status cache_export(cache_db *c, const char *dst_path, const char *gpu, const char *arch, int *n_exported)
+{
+    if (n_exported) *n_exported = 0;
+    if (!c) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: db is NULL");
+    if (!dst_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is NULL");
+    if (!*dst_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is \"\" (expected a file path)");
+    struct stat sb;
+    if (lstat(dst_path, &sb) == 0)
+        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst_path);
+    sj_status st = cachei_make_parent_dirs(dst_path);
+    if (st != SJ_OK) return st;
+
+    /* the temporary file lives next to dst, so that link/rename stay within one file system */
+    char tmp[1100];
+    const char *slash = strrchr(dst_path, '/');
+    int dir_len = slash ? (int)(slash - dst_path + 1) : 0;
+    if (snprintf(tmp, sizeof tmp, "%.*s.%s.tmp-XXXXXX", dir_len, dst_path,
+                 slash ? slash + 1 : dst_path) >= (int)sizeof tmp)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path '%s' is too long", dst_path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return sj_fail(SJ_ERR_IO, "cache export: cannot create a temporary file next to %s: %s",
+                               dst_path, strerror(errno));
+    close(fd);
+
+    int n = 0;
+    st = create_export_file(tmp);
+    if (st == SJ_OK) {
+        pthread_mutex_lock(&c->lock);
+        st = exec_step(c, "ATTACH DATABASE ?1 AS xfer", tmp, NULL, "export: attach", NULL);
+        if (st == SJ_OK) {
+            st = copy_to_attached(c, gpu, arch, &n);
+            sj_status dt = exec_step(c, "DETACH DATABASE xfer", NULL, NULL, "export: detach", NULL);
+            if (st == SJ_OK) st = dt;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (st == SJ_OK) st = publish(tmp, dst_path);
+    if (st != SJ_OK) {
+        char journal[1200];
+        snprintf(journal, sizeof journal, "%s-journal", tmp);
+        unlink(tmp); /* best effort: the error being reported is the one that matters */
+        unlink(journal);
+        return st;
+    }
+    if (n_exported) *n_exported = n;
+    return SJ_OK;
+}
+
+/* ---------------------------------------------------------------- import */
+
+/* Copies a text column into dst; returns 0 when it does not fit (a malformed row). */
+static int column_fits(sqlite3_stmt *s, int i, char *dst, size_t len)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    int n = sqlite3_column_bytes(s, i);
+    if (!t || (size_t)n >= len || memchr(t, 0, (size_t)n)) return 0;
+    memcpy(dst, t, (size_t)n);
+    dst[n] = 0;
+    return 1;
+}
+
+static double column_real_or_nan(sqlite3_stmt *s, int i)
+{
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+typedef struct import_src {
+    sqlite3 *db;
+    const char *path;
+    sqlite3_stmt *keys, *kernels, *trials, *winner;
+} import_src;
+
+static sj_status open_import_src(import_src *src, const char *path)
+{
+    memset(src, 0, sizeof *src);
+    src->path = path;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return sj_fail(SJ_ERR_IO, "cache import: cannot read %s: %s", path, strerror(errno));
+    cache_file_kind kind;
+    int version;
+    char why[320];
+    sj_status st = cachei_open_conn(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, &src->db, &kind,
+                                    &version, why, sizeof why);
+    if (st != SJ_OK) return st;
+    if (kind == CACHE_FILE_EMPTY)
+        st = sj_fail(SJ_ERR_CACHE, "cache import: %s is empty, not a sparsejit cache export", path);
+    else if (kind != CACHE_FILE_OURS)
+        st = sj_fail(SJ_ERR_CACHE, "cache import: %s is not a valid sparsejit database (%s)", path, why);
+    else if (version != CACHE_SCHEMA_VERSION)
+        st = sj_fail(SJ_ERR_CACHE, "cache import: %s has schema version %d, this sparsejit reads version %d; %s",
+                     path, version, CACHE_SCHEMA_VERSION,
+                     version > CACHE_SCHEMA_VERSION ? "import it with the newer sparsejit that wrote it"
+                     : "open it once with `sparsejit cache --db FILE list` to migrate it, then import it");
+    static const char *const sql[4] = {
+        "SELECT id, gpu, arch, sm_count, driver_version, nvrtc_version, template_name, template_hash, "
+        "op, dtype, out_dtype, m, n, k, sparsity FROM keys ORDER BY id",
+        "SELECT config, entry, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, cubin, "
+        "cubin_sha256, compile_seconds, created_at FROM kernels WHERE key_id=?1",
+        "SELECT config, status, median_us, p20_us, p80_us, tflops, compile_seconds, strategy, created_at "
+        "FROM trials WHERE key_id=?1",
+        "SELECT config, median_us, tflops, strategy, tuned_at FROM winners WHERE key_id=?1",
+    };
+    sqlite3_stmt **stmts[4] = { &src->keys, &src->kernels, &src->trials, &src->winner };
+    for (int i = 0; i < 4 && st == SJ_OK; i++)
+        if (sqlite3_prepare_v2(src->db, sql[i], -1, stmts[i], NULL) != SQLITE_OK)
+            st = cachei_fail(src->db, path, "import: prepare");
+    return st;
+}
+
+static void close_import_src(import_src *src)
+{
+    sqlite3_finalize(src->keys);
+    sqlite3_finalize(src->kernels);
+    sqlite3_finalize(src->trials);
+    sqlite3_finalize(src->winner);
+    sqlite3_close(src->db); /* read-only, statements finalized: nothing can be pending */
+}
+
+/* Reads the key at the keys cursor; returns 0 when a field does not fit a cache_key. */
+static int read_src_key(sqlite3_stmt *s, cache_key *k)
+{
+    memset(k, 0, sizeof *k);
+    k->sm_count = sqlite3_column_int(s, 3);
+    k->driver_version = sqlite3_column_int(s, 4);
+    k->nvrtc_version = sqlite3_column_int(s, 5);
+    k->m = sqlite3_column_int64(s, 11);
+    k->n = sqlite3_column_int64(s, 12);
+    k->k = sqlite3_column_int64(s, 13);
+    return column_fits(s, 1, k->gpu, sizeof k->gpu) && column_fits(s, 2, k->arch, sizeof k->arch) &&
+           column_fits(s, 6, k->template_name, sizeof k->template_name) &&
+           column_fits(s, 7, k->template_hash, sizeof k->template_hash) &&
+           column_fits(s, 8, k->op, sizeof k->op) && column_fits(s, 9, k->dtype, sizeof k->dtype) &&
+           column_fits(s, 10, k->out_dtype, sizeof k->out_dtype) &&
+           column_fits(s, 14, k->sparsity, sizeof k->sparsity);
+}
+
+/* Kernels of one source key; a row whose cubin fails its sha256 is not imported. */
+static sj_status import_kernels(cache_db *c, import_src *src, sqlite3_int64 src_id, sqlite3_int64 key_id)
+{
+    sqlite3_stmt *s = src->kernels;
+    sj_status st = SJ_OK;
+    int rc = sqlite3_bind_int64(s, 1, src_id);
+    while (st == SJ_OK && rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        rc = SQLITE_OK;
+        cache_kernel k;
+        memset(&k, 0, sizeof k);
+        char stored[65], sha[65];
+        if (!column_fits(s, 0, k.config, sizeof k.config) || !column_fits(s, 1, k.entry, sizeof k.entry) ||
+            !column_fits(s, 10, stored, sizeof stored))
+            continue;
+        for (int i = 0; i < 3; i++) {
+            k.grid[i] = (unsigned)sqlite3_column_int64(s, 2 + i);
+            k.block[i] = (unsigned)sqlite3_column_int64(s, 5 + i);
+        }
+        k.shared_bytes = (unsigned)sqlite3_column_int64(s, 8);
+        k.cubin = (void *)sqlite3_column_blob(s, 9);
+        k.cubin_size = (size_t)sqlite3_column_bytes(s, 9);
+        k.compile_seconds = sqlite3_column_double(s, 11);
+        if (!k.cubin || k.cubin_size == 0) continue;
+        if ((st = cachei_sha256_hex(k.cubin, k.cubin_size, sha)) != SJ_OK) break;
+        if (strcmp(sha, stored) != 0) continue;
+        st = cachei_put_kernel_row(c, key_id, &k, sha, sqlite3_column_int64(s, 12));
+    }
+    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read kernels");
+    sqlite3_reset(s); /* repeats the step's code, handled above */
+    return st;
+}
+
+static sj_status import_trials(cache_db *c, import_src *src, sqlite3_int64 src_id, sqlite3_int64 key_id)
+{
+    sqlite3_stmt *s = src->trials;
+    sj_status st = SJ_OK;
+    int rc = sqlite3_bind_int64(s, 1, src_id);
+    while (st == SJ_OK && rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        rc = SQLITE_OK;
+        cache_trial t;
+        char strategy[32];
+        memset(&t, 0, sizeof t);
+        if (!column_fits(s, 0, t.config, sizeof t.config) || !column_fits(s, 1, t.status, sizeof t.status) ||
+            !t.status[0] || !column_fits(s, 7, strategy, sizeof strategy))
+            continue;
+        t.median_us = column_real_or_nan(s, 2);
+        t.p20_us = column_real_or_nan(s, 3);
+        t.p80_us = column_real_or_nan(s, 4);
+        t.tflops = column_real_or_nan(s, 5);
+        t.compile_seconds = column_real_or_nan(s, 6);
+        st = cachei_put_trial_row(c, key_id, &t, strategy, sqlite3_column_int64(s, 8));
+    }
+    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read trials");
+    sqlite3_reset(s);
+    return st;
+}
+
+static sj_status import_winner(cache_db *c, import_src *src, sqlite3_int64 src_id, sqlite3_int64 key_id)
+{
+    sqlite3_stmt *s = src->winner;
+    sj_status st = SJ_OK;
+    int rc = sqlite3_bind_int64(s, 1, src_id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        cache_winner w;
+        memset(&w, 0, sizeof w);
+        w.median_us = sqlite3_column_double(s, 1);
+        w.tflops = sqlite3_column_double(s, 2);
+        w.tuned_at = sqlite3_column_int64(s, 4);
+        if (column_fits(s, 0, w.config, sizeof w.config) && column_fits(s, 3, w.strategy, sizeof w.strategy) &&
+            isfinite(w.median_us) && w.median_us >= 0)
+            st = cachei_put_winner_row(c, key_id, &w, 0);
+    } else if (rc != SQLITE_DONE) {
+        st = cachei_fail(src->db, src->path, "import: read winner");
+    }
+    sqlite3_reset(s);
+    return st;
+}
+
+static sj_status import_all(cache_db *c, import_src *src, const char *arch, int driver_version,
+                            int nvrtc_version, int *n_imported, int *n_refused)
+{
+    sqlite3_stmt *s = src->keys;
+    sj_status st = SJ_OK;
+    int rc = SQLITE_DONE;
+    while (st == SJ_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        cache_key key;
+        sqlite3_int64 src_id = sqlite3_column_int64(s, 0), key_id;
+        /* a malformed key cannot be trusted to be exact: refused like a foreign one */
+        if (!read_src_key(s, &key) || cachei_check_key(&key, "cache_import") != SJ_OK ||
+            strcmp(key.arch, arch) != 0 || key.driver_version != driver_version ||
+            key.nvrtc_version != nvrtc_version) {
+            (*n_refused)++;
+            continue;
+        }
+        st = cachei_key_id(c, &key, 1, &key_id);
+        if (st == SJ_OK) st = import_kernels(c, src, src_id, key_id);
+        if (st == SJ_OK) st = import_trials(c, src, src_id, key_id);
+        if (st == SJ_OK) st = import_winner(c, src, src_id, key_id);
+        if (st == SJ_OK) (*n_imported)++;
+    }
+    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read keys");
+    sqlite3_reset(s);
+    return st;
+}
+
+sj_status cache_import(cache_db *c, const char *src_path, const char *arch, int driver_version,
+                       int nvrtc_version, int *n_imported, int *n_refused)
+{
+    const char *fn = "cache_import";
+    if (n_imported) *n_imported = 0;
+    if (n_refused) *n_refused = 0;
+    if (!c) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: db is NULL", fn);
+    if (!src_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is NULL", fn);
+    if (!*src_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is \"\" (expected a file path)", fn);
+    if (!arch || !*arch)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: arch is %s (expected the device's arch, e.g. sm_90a)",
+                       fn, arch ? "\"\"" : "NULL");
+    if (driver_version <= 0 || nvrtc_version <= 0)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: driver_version %d / nvrtc_version %d must be > 0 "
+                       "(the device's versions, e.g. 13000)", fn, driver_version, nvrtc_version);
+    import_src src;
+    sj_status st = open_import_src(&src, src_path);
+    int imported = 0, refused = 0;
+    if (st == SJ_OK) {
+        pthread_mutex_lock(&c->lock);
+        st = cachei_begin(c->db, c->path, "import");
+        if (st == SJ_OK) {
+            st = import_all(c, &src, arch, driver_version, nvrtc_version, &imported, &refused);
+            st = st == SJ_OK ? cachei_commit(c->db, c->path, "import") : cachei_rollback(c->db, st);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    close_import_src(&src);
+    if (st != SJ_OK) return st;
+    if (n_imported) *n_imported = imported;
+    if (n_refused) *n_refused = refused;
+    return SJ_OK;
+}
