@@ -21,4 +21,9 @@ out=$("$cli" gen --op gemm --shape 64x64x64 --dtype f64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "unknown dtype 'f64'" || fail "bad --dtype (got $rc: $out)"
 out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
+tmp=$(mktemp -d)
+"$cli" cache --db "$tmp/c.db" list --json | grep -q '^\[' || fail "cache list --json"
+out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "cache clear without --yes must exit 2 (got $rc: $out)"
+rm -rf "$tmp"
 echo "cli smoke: ok"
