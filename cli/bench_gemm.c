@@ -1,0 +1,85 @@
+/* bench_gemm.c: bench_op_gemm, what `sparsejit bench --op gemm` times: C = A.B through sj_gemm on
+ * random A and B (uniform [-1, 1), never zeros, which would run faster than real data), against
+ * the same GEMM through cuBLAS. */
+#include "bench.h"
+#include "runtime/error.h"
+#include "tuner/harness.h"
+
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+struct bench_case {
+    sj_problem p;
+    sj_devptr A, B, C;
+};
+
+/* Uploads n random values of dtype into a new device buffer. */
+static sj_status random_upload(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
+{
+    uint16_t *host = malloc(n * sizeof *host);
+    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory for %zu inputs", n);
+    harness_fill16(dt, host, n, 1.0f, rng);
+    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
+    if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host)) != SJ_OK) {
+        sj_free(ctx, *out);
+        *out = 0;
+    }
+    free(host);
+    return st;
+}
+
+static void teardown(sj_context *ctx, bench_case *c)
+{
+    if (!c) return;
+    if (c->A) sj_free(ctx, c->A);
+    if (c->B) sj_free(ctx, c->B);
+    if (c->C) sj_free(ctx, c->C);
+    free(c);
+}
+
+static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
+{
+    *out = NULL;
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return st;
+    if (p->op != SJ_OP_GEMM) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench gemm: problem op is %s, expected gemm", sj_op_name(p->op));
+    bench_case *c = calloc(1, sizeof *c);
+    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory");
+    c->p = *p;
+    uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
+    if (!rng) rng = 1;
+    size_t out_bytes = (size_t)(p->m * p->n) * sj_dtype_size(p->out_dtype);
+    if ((st = random_upload(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &c->A)) != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
+        (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK) {
+        teardown(ctx, c);
+        return st;
+    }
+    *out = c;
+    return SJ_OK;
+}
+
+static sj_status launch(sj_context *ctx, bench_case *c)
+{
+    return sj_gemm(ctx, &c->p, c->A, c->B, c->C, NULL);
+}
+
+static double flops(const sj_problem *p) { return 2.0 * (double)p->m * (double)p->n * (double)p->k; }
+
+static int baseline(const sj_problem *p, int64_t shapes[4][3])
+{
+    shapes[0][0] = p->m;
+    shapes[0][1] = p->n;
+    shapes[0][2] = p->k;
+    return 1;
+}
+
+const bench_op bench_op_gemm = {
+    .op = SJ_OP_GEMM,
+    .setup = setup,
+    .launch = launch,
+    .flops = flops,
+    .baseline = baseline,
+    .teardown = teardown,
+};
