@@ -24,7 +24,27 @@ struct gen_state {
     int n_files;
     struct { char name[64]; char hash[65]; } hashes[GEN_MAX_FILES];
     int n_hashes;
+    char arch[16];
+    int max_shared;
 };
+
+void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes)
+{
+    snprintf(g->arch, sizeof g->arch, "%s", arch);
+    g->max_shared = max_shared_bytes;
+}
+
+int gen_arch_max_shared(const char *arch)
+{
+    /* CUDA C Programming Guide, "Technical Specifications per Compute Capability" */
+    static const struct { const char *prefix; int bytes; } table[] = {
+        { "sm_80", 166912 }, { "sm_87", 166912 }, { "sm_86", 101376 }, { "sm_89", 101376 },
+        { "sm_90", 232448 }, { "sm_100", 232448 }, { "sm_120", 101376 },
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strncmp(arch, table[i].prefix, strlen(table[i].prefix))) return table[i].bytes;
+    return 101376;
+}
 
 /* ------------------------------------------------------------------ template files */
 
@@ -102,6 +122,7 @@ sj_status gen_open(const char *template_dir, gen_state **out)
     lua_State *L = sandbox_state(g->sb);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "sj.templates");
+    gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"));
     *out = g;
     return SJ_OK;
 }
@@ -283,9 +304,13 @@ static sj_status push_template(gen_state *g, const char *name)
     return SJ_OK;
 }
 
-static void push_problem(lua_State *L, const sj_problem *p)
+static void push_problem(gen_state *g, lua_State *L, const sj_problem *p)
 {
     lua_createtable(L, 0, 16);
+    lua_pushstring(L, g->arch);
+    lua_setfield(L, -2, "arch");
+    lua_pushinteger(L, g->max_shared);
+    lua_setfield(L, -2, "SMEM");
     lua_pushstring(L, sj_op_name(p->op));
     lua_setfield(L, -2, "op");
     lua_pushstring(L, sj_dtype_name(p->dtype));
@@ -328,7 +353,7 @@ static sj_status call_template(gen_state *g, const char *name, const char *fn, c
         return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", name, fn);
     }
     lua_remove(L, -2);
-    push_problem(L, p);
+    push_problem(g, L, p);
     if (cfg) push_config(L, cfg);
     char err[4096];
     if (sandbox_pcall(g->sb, cfg ? 2 : 1, nresults, err, sizeof err) != LUA_OK)

@@ -23,6 +23,12 @@ typedef struct gen_space {
 sj_status gen_open(const char *template_dir, gen_state **out);
 void gen_close(gen_state *g);
 
+/* The target the problem tables describe to templates: problem.arch ("sm_90a") and
+ * problem.SMEM (dynamic shared memory a block may opt into, bytes). Default sm_90a, 232448. */
+void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes);
+/* Opt-in shared memory per block of an arch, for contexts without a GPU to ask. */
+int gen_arch_max_shared(const char *arch);
+
 /* Template implementing op (e.g. "gemm_dense" for SJ_OP_GEMM). */
 sj_status gen_template_for_op(sj_op op, const char **name);
 /* sha256 (hex) over the template's source and every lib/ module: part of the cache key. */

@@ -15,7 +15,8 @@ local cuda = require "lib.cuda"
 local gemm_ptx = require "lib.gemm_ptx"
 
 local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "EPI" }
-local SMEM_LIMIT = 227 * 1024   -- opt-in dynamic shared memory per block on sm_90
+-- problem.SMEM: the opt-in dynamic shared memory per block of the target (227 KB on sm_90,
+-- 163 KB on sm_80), so a config is only valid where it can launch.
 local MAX_ACC = 128             -- fp32 accumulators per thread: more leaves no room for fragments
 local TILE_EDGES = { 32, 64, 128, 256 }
 local K_TILES = { 32, 64 }
@@ -99,8 +100,8 @@ local function valid(problem, cfg)
                                 problem.N, 16 // out_size(problem))
   end
   local smem = smem_bytes(problem, cfg)
-  if smem > SMEM_LIMIT then
-    return false, string.format("shared memory %d bytes exceeds %d", smem, SMEM_LIMIT)
+  if smem > problem.SMEM then
+    return false, string.format("shared memory %d bytes exceeds the %s limit of %d", smem, problem.arch, problem.SMEM)
   end
   if BM > edge_cap(problem.M) then return false, string.format("BM=%d is too large for M=%d", BM, problem.M) end
   if BN > edge_cap(problem.N) then return false, string.format("BN=%d is too large for N=%d", BN, problem.N) end

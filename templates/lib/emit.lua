@@ -1,5 +1,6 @@
 -- lib/emit.lua: the line-prefix template syntax used to write CUDA C inside Lua templates.
--- A line whose first non-blank character is '$' is Lua code; any other line is output text,
+-- A line whose first non-blank character is '$' (not followed by '{') is Lua code; any other
+-- line is output text,
 -- with ${expr} replaced by tostring(expr). '#' stays free for the C preprocessor.
 local emit = {}
 
@@ -13,6 +14,7 @@ local function translate(text, file, first_line)
   for line in (text .. "\n"):gmatch("(.-)\r?\n") do
     lineno = lineno + 1
     local lua = line:match("^%s*%$(.*)$")
+    if lua and lua:sub(1, 1) == "{" then lua = nil end -- "${x} = ..." is text, not Lua
     if lua then
       code[#code + 1] = lua
       need_line = true
