@@ -1,0 +1,172 @@
+/* bench_twell.c: bench_op_twell, what `sparsejit bench --op twell-gate | twell-ffn` times.
+ *
+ * Inputs are uniform [-1, 1) (never zeros) with shifted pre-activations: X[:, d_model-1] = 1
+ * and Wg[d_model-1, :] = -b, b chosen so that a fraction SJ_BENCH_SPARSITY (default 0.99; the
+ * bench command sets it from --sparsity) of relu(X . Wg) is zero, independently per token and
+ * unit. twell-gate: one launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM
+ * of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
+ * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. */
+#include "bench.h"
+#include "runtime/error.h"
+#include "tuner/harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+struct bench_case {
+    sj_problem p;        /* as benched: twell-gate or twell-ffn */
+    sj_problem gate;     /* the block's gate problem */
+    sj_twell_device H;
+    sj_devptr X, WgT, WuT, Wd, Y;
+};
+
+/* SJ_BENCH_SPARSITY as a fraction in [0, 1); 0.99 when unset. */
+static sj_status bench_sparsity(double *out)
+{
+    const char *env = getenv("SJ_BENCH_SPARSITY");
+    *out = 0.99;
+    if (!env || !*env) return SJ_OK;
+    char *end;
+    double s = strtod(env, &end);
+    if (*end || !(s >= 0 && s < 1))
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "SJ_BENCH_SPARSITY = '%s': expected a fraction in [0, 1)", env);
+    *out = s;
+    return SJ_OK;
+}
+
+/* z with P(N(0,1) <= z) = q, by bisection on erfc (q in [0, 1); clamped to +-10). */
+static double normal_quantile(double q)
+{
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/* Uploads n random values of dtype (uniform [-1, 1)); column col of every row of width ld is
+ * set to value when col >= 0. */
+static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64_t ld, int64_t col, float value,
+                               uint64_t *rng, sj_devptr *out)
+{
+    size_t n = (size_t)(rows * ld);
+    uint16_t *host = malloc(n * sizeof *host);
+    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %zu inputs", n);
+    harness_fill16(dt, host, n, 1.0f, rng);
+    if (col >= 0) {
+        uint16_t v = harness_f32_to_16(dt, value);
+        for (int64_t r = 0; r < rows; r++) host[r * ld + col] = v;
+    }
+    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
+    if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host)) != SJ_OK) {
+        sj_free(ctx, *out);
+        *out = 0;
+    }
+    free(host);
+    return st;
+}
+
+static void teardown(sj_context *ctx, bench_case *c)
+{
+    if (!c) return;
+    sj_twell_device_free(ctx, &c->H);
+    sj_devptr ptrs[] = { c->X, c->WgT, c->WuT, c->Wd, c->Y };
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+        if (ptrs[i]) sj_free(ctx, ptrs[i]);
+    free(c);
+}
+
+static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
+{
+    *out = NULL;
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return st;
+    if (p->op != SJ_OP_TWELL_GATE && p->op != SJ_OP_TWELL_FFN)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: problem op is %s, expected twell-gate or twell-ffn",
+                       sj_op_name(p->op));
+    double sparsity;
+    if ((st = bench_sparsity(&sparsity)) != SJ_OK) return st;
+    int ffn = p->op == SJ_OP_TWELL_FFN;
+    int64_t d_model = p->k, d_ff = ffn ? p->d_ff : p->n;
+    if (d_model < 2) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: d_model = %lld leaves no column for the shift",
+                                    (long long)d_model);
+    bench_case *c = calloc(1, sizeof *c);
+    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory");
+    c->p = *p;
+    sj_twell_layout layout;
+    if ((st = sj_twell_layout_init(&layout, p->dtype, p->m, d_ff, p->twell_tile, p->twell_capacity)) != SJ_OK ||
+        (st = sj_twell_gate_problem(&layout, d_model, &c->gate)) != SJ_OK) {
+        teardown(ctx, c);
+        return st;
+    }
+    /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9 */
+    double shift = sqrt((double)(d_model - 1) / 9.0) * normal_quantile(sparsity);
+    uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
+    if (!rng) rng = 1;
+    if ((st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, &rng, &c->X)) != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, (float)-shift, &rng, &c->WgT)) != SJ_OK ||
+        (st = sj_twell_device_alloc(ctx, &layout, &c->H)) != SJ_OK) {
+        teardown(ctx, c);
+        return st;
+    }
+    if (ffn) {
+        size_t y_bytes = (size_t)(p->m * d_model) * sj_dtype_size(p->out_dtype);
+        if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->WuT)) != SJ_OK ||
+            (st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->Wd)) != SJ_OK ||
+            (st = sj_malloc(ctx, y_bytes, &c->Y)) != SJ_OK) {
+            teardown(ctx, c);
+            return st;
+        }
+    }
+    *out = c;
+    return SJ_OK;
+}
+
+static sj_status launch(sj_context *ctx, bench_case *c)
+{
+    sj_status st = sj_twell_gate(ctx, &c->gate, c->X, c->WgT, &c->H, NULL);
+    if (st != SJ_OK || c->p.op == SJ_OP_TWELL_GATE) return st;
+    return sj_twell_ffn(ctx, &c->p, c->X, &c->H, c->WuT, c->Wd, c->Y, NULL);
+}
+
+/* The gate is dense work; the FFN's up and down products count at the active units only. */
+static double flops(const sj_problem *p)
+{
+    if (p->op == SJ_OP_TWELL_GATE) return 2.0 * (double)p->m * (double)p->n * (double)p->k;
+    double s;
+    if (bench_sparsity(&s) != SJ_OK) s = 0.99; /* setup has refused such a value already */
+    double dense = 2.0 * (double)p->m * (double)p->d_ff * (double)p->k;
+    return dense + 2.0 * dense * (1.0 - s);
+}
+
+static int baseline(const sj_problem *p, int64_t shapes[4][3])
+{
+    if (p->op == SJ_OP_TWELL_GATE) {
+        shapes[0][0] = p->m;
+        shapes[0][1] = p->n;
+        shapes[0][2] = p->k;
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) { /* gate and up: tokens x d_ff over d_model */
+        shapes[i][0] = p->m;
+        shapes[i][1] = p->d_ff;
+        shapes[i][2] = p->k;
+    }
+    shapes[2][0] = p->m; /* down: tokens x d_model over d_ff */
+    shapes[2][1] = p->n;
+    shapes[2][2] = p->d_ff;
+    return 3;
+}
+
+const bench_op bench_op_twell = {
+    .op = SJ_OP_TWELL_FFN,
+    .setup = setup,
+    .launch = launch,
+    .flops = flops,
+    .baseline = baseline,
+    .teardown = teardown,
+};

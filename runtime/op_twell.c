@@ -1,0 +1,64 @@
+/* op_twell.c: the two ops of a ReLU FFN block over TwELL activations, through the request path
+ * (kernel table, cache, template + NVRTC; rt_kernel_for / rt_launch):
+ *   sj_twell_gate: H = relu(X . Wg) written as TwELL by templates/twell_gate.lua, whose epilogue
+ *     also writes the overflow path (true counts, dense spill of tiles over C);
+ *   sj_twell_ffn: Y = (H (.) (X . Wu)) . Wd by templates/twell_ffn.lua, which reads the spill of
+ *     every tile whose count exceeds C, so overflow stays exact.
+ * Both check every argument against the problem before anything reaches the GPU. */
+#include "error.h"
+#include "runtime.h"
+#include "twell_format.h"
+
+static sj_status check_problem(sj_context *ctx, const sj_problem *p, sj_op op, const char *what)
+{
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return st;
+    if (p->op != op)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected %s", what, sj_op_name(p->op), sj_op_name(op));
+    return SJ_OK;
+}
+
+sj_status sj_twell_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr WgT, const sj_twell_device *H,
+                        void *stream)
+{
+    sj_status st = check_problem(ctx, p, SJ_OP_TWELL_GATE, "sj_twell_gate");
+    if (st != SJ_OK) return st;
+    if (p->out_dtype != p->dtype)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.out_dtype is %s; the TwELL values have the input dtype %s",
+                       sj_dtype_name(p->out_dtype), sj_dtype_name(p->dtype));
+    if (p->k % 8)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.k (d_model) = %lld must be a multiple of 8",
+                       (long long)p->k);
+    if ((st = rt_check_ptr("X", X, 16)) != SJ_OK || (st = rt_check_ptr("WgT", WgT, 16)) != SJ_OK ||
+        (st = twell_check_device(H, p, "sj_twell_gate")) != SJ_OK)
+        return st;
+    const loaded_kernel *k;
+    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
+    sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
+    void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk };
+    return rt_launch(ctx, k, args, stream);
+}
+
+sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_twell_device *H, sj_devptr WuT,
+                       sj_devptr Wd, sj_devptr Y, void *stream)
+{
+    sj_status st = check_problem(ctx, p, SJ_OP_TWELL_FFN, "sj_twell_ffn");
+    if (st != SJ_OK) return st;
+    if (p->n != p->k)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: problem.n = %lld and problem.k = %lld must both be d_model",
+                       (long long)p->n, (long long)p->k);
+    if (p->n % 8)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: d_model = %lld must be a multiple of 8", (long long)p->n);
+    if ((st = rt_check_ptr("X", X, 16)) != SJ_OK || (st = rt_check_ptr("WuT", WuT, 16)) != SJ_OK ||
+        (st = rt_check_ptr("Wd", Wd, 16)) != SJ_OK || (st = rt_check_ptr("Y", Y, 16)) != SJ_OK ||
+        (st = twell_check_device(H, p, "sj_twell_ffn")) != SJ_OK)
+        return st;
+    const loaded_kernel *k;
+    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
+    sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
+    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f };
+    return rt_launch(ctx, k, args, stream);
+}

@@ -1,0 +1,629 @@
+/* test_twell_ffn.c: the TwELL gate GEMM (templates/twell_gate.lua) and the fused FFN
+ * (templates/twell_ffn.lua) with their ops sj_twell_gate / sj_twell_ffn.
+ *
+ * CPU: defaults generate for every dtype pair, ragged shapes and both targets (sm_90a, sm_80),
+ * with geometry that matches the config and the target's shared memory; every valid config of
+ * both spaces generates, and defaults compile with NVRTC for both targets; the SASS of sm_90a
+ * builds uses the intended units (HGMMA for the wgmma gate, HMMA for the mma.sync gate and the
+ * FFN, LDGSTS) and never spills; invalid configs are refused with the constraint named; the ops
+ * check their arguments before any GPU work.
+ * GPU: the gate + TwELL epilogue against relu(X . Wg) in fp64, read back through
+ * sj_twell_to_dense (which validates the format), on random inputs with shifted pre-activations
+ * from 50% to 99.9% sparsity, ragged shapes, overflowing tiles; the fused FFN against a dense
+ * fp64 (H (.) (X . Wu)) . Wd, for the default and explicit configs, and over a host-built
+ * TwELL that overflows almost everywhere. Outputs are poisoned before every launch. */
+#include "test_util.h"
+#include "generator/generator.h"
+#include "runtime/runtime.h"
+#include "runtime/twell_format.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sj_context *ctx90, *ctx80;
+static uint64_t rng;
+
+static int setup(void **state)
+{
+    rng = tu_seed();
+    ctx90 = tu_compile_context("sm_90a");
+    ctx80 = tu_compile_context("sm_80");
+    if (!ctx90 || !ctx80) {
+        fprintf(stderr, "# cannot create compile-only contexts: %s\n", sj_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    sj_context_destroy(ctx90);
+    sj_context_destroy(ctx80);
+    return 0;
+}
+
+static sj_problem gate_problem(sj_dtype dt, int64_t tokens, int64_t d_ff, int64_t d_model, int T, int C)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_TWELL_GATE, dt, tokens, d_ff, d_model);
+    p.twell_tile = T;
+    p.twell_capacity = C;
+    return p;
+}
+
+static sj_problem ffn_problem(sj_dtype dt, sj_dtype out, int64_t tokens, int64_t d_model, int64_t d_ff, int T, int C)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_TWELL_FFN, dt, tokens, d_model, d_model);
+    p.out_dtype = out;
+    p.twell_tile = T;
+    p.twell_capacity = C;
+    p.d_ff = d_ff;
+    return p;
+}
+
+static int cfg_value(const char *config, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *s = config; s && *s;) {
+        if (!strncmp(s, name, len) && s[len] == '=') return atoi(s + len + 1);
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    return -1;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* expect_wg: 0 or 1, or -1 for either (a config of the space). */
+static void check_gate_generated(const sj_problem *p, const sj_generated *g, const char *arch, int expect_wg)
+{
+    int BM = cfg_value(g->config, "BM"), BN = cfg_value(g->config, "BN"), WG = cfg_value(g->config, "WG");
+    int warps = (BM / cfg_value(g->config, "WM")) * (BN / cfg_value(g->config, "WN"));
+    assert_string_equal(g->template_name, "twell_gate");
+    assert_int_equal(BN % p->twell_tile, 0);      /* a CTA owns whole tiles of its rows */
+    assert_int_equal(g->block[0], (unsigned)(32 * warps));
+    assert_int_equal(g->grid[0], (unsigned)(cdiv(p->m, BM) * cdiv(p->n, BN)));
+    assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
+    if (expect_wg >= 0) assert_int_equal(WG, expect_wg);
+    if (WG) assert_string_equal(arch, "sm_90a");
+    assert_non_null(strstr(g->source, WG ? "wgmma.mma_async.sync.aligned.m64n" : "mma.sync.aligned.m16n8k16"));
+    if (!WG) assert_null(strstr(g->source, "wgmma.mma_async"));
+    assert_non_null(strstr(g->source, "twell_gate.lua"));
+    assert_non_null(strstr(g->source, "#line"));
+}
+
+static void check_ffn_generated(const sj_problem *p, const sj_generated *g, const char *arch)
+{
+    int NT = cfg_value(g->config, "NT"), W = cfg_value(g->config, "WARPS");
+    assert_string_equal(g->template_name, "twell_ffn");
+    assert_int_equal(g->block[0], (unsigned)(32 * W));
+    assert_int_equal(g->grid[0], (unsigned)cdiv(p->m, 8 * NT));
+    assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
+    assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
+    assert_non_null(strstr(g->source, "twell_ffn.lua"));
+}
+
+static void test_defaults_generate(void **state)
+{
+    const int64_t shapes[][3] = { /* tokens, d_model, d_ff */
+        { 1, 8, 1 }, { 77, 264, 1000 }, { 300, 512, 1536 }, { 2048, 2048, 5632 }, { 8192, 4096, 11008 },
+        { 8192, 2048, 5632 }, { 33, 1024, 129 },
+    };
+    const int tc[][2] = { { 128, 16 }, { 64, 8 }, { 32, 32 }, { 256, 4 } };
+    const sj_dtype outs[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16, SJ_DTYPE_F32 };
+    sj_context *ctxs[] = { ctx90, ctx80 };
+    const char *archs[] = { "sm_90a", "sm_80" };
+    for (int a = 0; a < 2; a++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (size_t t = 0; t < sizeof tc / sizeof *tc; t++)
+                for (int in = 0; in < 2; in++) {
+                    sj_dtype dt = in ? SJ_DTYPE_BF16 : SJ_DTYPE_F16;
+                    sj_problem gp = gate_problem(dt, shapes[s][0], shapes[s][2], shapes[s][1], tc[t][0], tc[t][1]);
+                    sj_generated *g = NULL;
+                    SJ_ASSERT_OK(sj_generate(ctxs[a], &gp, NULL, &g));
+                    check_gate_generated(&gp, g, archs[a], !strcmp(archs[a], "sm_90a")); /* wgmma where it exists */
+                    sj_generated_free(g);
+                    for (size_t o = 0; o < 3; o++) {
+                        sj_problem fp = ffn_problem(dt, outs[o], shapes[s][0], shapes[s][1], shapes[s][2], tc[t][0], tc[t][1]);
+                        SJ_ASSERT_OK(sj_generate(ctxs[a], &fp, NULL, &g));
+                        check_ffn_generated(&fp, g, archs[a]);
+                        sj_generated_free(g);
+                    }
+                }
+}
+
+/* Every config of each template's space that `valid` accepts also generates. */
+static void test_space_generates(void **state)
+{
+    gen_state *gs;
+    SJ_ASSERT_OK(rt_generator(ctx90, &gs));
+    sj_problem probs[] = { gate_problem(SJ_DTYPE_BF16, 8192, 11008, 4096, 128, 16),
+                           ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F32, 2048, 2048, 5632, 128, 16),
+                           ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 77, 264, 1000, 64, 8) };
+    for (size_t i = 0; i < sizeof probs / sizeof *probs; i++) {
+        const char *tname;
+        SJ_ASSERT_OK(gen_template_for_op(probs[i].op, &tname));
+        gen_space sp;
+        SJ_ASSERT_OK(gen_space_of(gs, tname, &probs[i], &sp));
+        int idx[GEN_MAX_PARAMS] = { 0 }, n_valid = 0;
+        for (;;) {
+            char cfg[256] = "";
+            for (int k = 0; k < sp.n_params; k++) {
+                char part[48];
+                snprintf(part, sizeof part, "%s%s=%d", k ? "," : "", sp.names[k], sp.values[k][idx[k]]);
+                strcat(cfg, part);
+            }
+            int valid = 0;
+            char reason[256];
+            SJ_ASSERT_OK(gen_config_valid(gs, tname, &probs[i], cfg, &valid, reason, sizeof reason));
+            if (valid) {
+                sj_generated *g = NULL;
+                SJ_ASSERT_OK(sj_generate(ctx90, &probs[i], cfg, &g));
+                if (probs[i].op == SJ_OP_TWELL_GATE) check_gate_generated(&probs[i], g, "sm_90a", -1);
+                else check_ffn_generated(&probs[i], g, "sm_90a");
+                sj_generated_free(g);
+                n_valid++;
+            } else {
+                assert_true(reason[0] != 0);
+            }
+            int k = 0;
+            while (k < sp.n_params && ++idx[k] == sp.n_values[k]) idx[k++] = 0;
+            if (k == sp.n_params) break;
+        }
+        fprintf(stderr, "# %s: %d valid configs in the space\n", tname, n_valid);
+        assert_true(n_valid >= 8);
+    }
+}
+
+static void compile_ok(sj_context *ctx, const sj_problem *p, const char *cfg)
+{
+    sj_generated *g = NULL;
+    SJ_ASSERT_OK(sj_generate(ctx, p, cfg, &g));
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    sj_status st = sj_compile(ctx, g, &cubin, &size, &log);
+    if (st != SJ_OK) fail_msg("%s %s: %s\n%.2000s", g->entry, g->config, sj_last_error(), log ? log : "");
+    assert_true(size > 1000);
+    free(cubin);
+    free(log);
+    sj_generated_free(g);
+}
+
+static void test_defaults_compile(void **state)
+{
+    sj_problem ps[] = {
+        gate_problem(SJ_DTYPE_BF16, 8192, 11008, 4096, 128, 16), gate_problem(SJ_DTYPE_F16, 77, 1000, 264, 64, 8),
+        ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16),
+        ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F32, 77, 264, 1000, 64, 8),
+        ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_F16, 2048, 2048, 5632, 128, 16),
+    };
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+        compile_ok(ctx90, &ps[i], NULL);
+        compile_ok(ctx80, &ps[i], NULL);
+    }
+    /* the mma.sync gate on sm_90a too */
+    compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0");
+}
+
+static size_t count(const char *text, const char *needle)
+{
+    size_t n = 0, len = strlen(needle);
+    for (const char *s = text; (s = strstr(s, needle)); s += len) n++;
+    return n;
+}
+
+/* SASS of p's kernel with cfg on ctx's arch; NULL (the caller skips) without cuobjdump. */
+static char *sass_of(sj_context *ctx, const sj_problem *p, const char *cfg)
+{
+    const char *tool = tu_cuobjdump();
+    if (!tool) {
+        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)\n");
+        return NULL;
+    }
+    sj_generated *g = NULL;
+    SJ_ASSERT_OK(sj_generate(ctx, p, cfg, &g));
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    SJ_ASSERT_OK(sj_compile(ctx, g, &cubin, &size, &log));
+    free(log);
+    sj_generated_free(g);
+    const char *dir = tu_tempdir();
+    assert_non_null(dir);
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/twell.cubin", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cubin, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    free(cubin);
+    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
+    FILE *pp = popen(cmd, "r");
+    assert_non_null(pp);
+    size_t cap = 1 << 20, len = 0, r;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    while ((r = fread(text + len, 1, cap - len - 1, pp)) > 0) {
+        len += r;
+        if (len + 1 == cap) {
+            cap *= 2;
+            text = realloc(text, cap);
+            assert_non_null(text);
+        }
+    }
+    text[len] = 0;
+    int rc = pclose(pp);
+    remove(path);
+    if (rc != 0 && strstr(text, "nvdisasm")) {
+        fprintf(stderr, "# SKIP SASS check: cuobjdump needs nvdisasm: %.200s\n", text);
+        free(text);
+        return NULL;
+    }
+    if (rc != 0) fail_msg("%s failed (%d): %.500s", cmd, rc, text);
+    return text;
+}
+
+static void test_sass(void **state)
+{
+    sj_problem gate = gate_problem(SJ_DTYPE_BF16, 8192, 11008, 4096, 128, 16);
+    sj_problem ffn = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16);
+    char *s = sass_of(ctx90, &gate, NULL);
+    if (!s) {
+        skip();
+        return;
+    }
+    assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);   /* wgmma, 4 k-steps of the BK=64 slice */
+    assert_int_equal(count(s, "HMMA"), 0);
+    assert_true(count(s, "LDGSTS") >= 2);
+    assert_int_equal(count(s, "LDL"), 0);
+    assert_int_equal(count(s, "STL"), 0);
+    free(s);
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0");
+    assert_non_null(s);
+    assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
+    assert_int_equal(count(s, "HGMMA"), 0);
+    assert_true(count(s, "LDSM.16.M88.4") >= 2);
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
+    s = sass_of(ctx90, &ffn, NULL);
+    assert_non_null(s);
+    assert_true(count(s, "HMMA.16816.F32.BF16") >= 8);   /* up (4 k-steps) and down (4 m tiles) at least */
+    assert_true(count(s, "LDGSTS") >= 8);
+    assert_true(count(s, "PRMT") >= 4);                  /* the down product's A fragments */
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
+    s = sass_of(ctx80, &gate, NULL);
+    assert_non_null(s);
+    assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
+    assert_int_equal(count(s, "HGMMA"), 0);
+    free(s);
+}
+
+static void expect_invalid(sj_context *ctx, const sj_problem *p, const char *cfg, const char *needle)
+{
+    sj_generated *g = NULL;
+    SJ_ASSERT_STATUS(sj_generate(ctx, p, cfg, &g), SJ_ERR_INVALID_ARGUMENT, needle);
+    assert_null(g);
+}
+
+static void test_invalid_configs(void **state)
+{
+    sj_problem gate = gate_problem(SJ_DTYPE_F16, 4096, 11008, 4096, 128, 16);
+    const char *wg1 = "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1";
+    expect_invalid(ctx80, &gate, wg1, "needs sm_90a");
+    expect_invalid(ctx90, &gate, "BM=128,BN=64,BK=64,WM=64,WN=32,STAGES=3,GROUP_M=8,WG=0", "multiple of T=128");
+    expect_invalid(ctx90, &gate, "BM=256,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=0", "warps");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=1", "shared memory");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1", "BK=64");
+    sj_problem odd = gate_problem(SJ_DTYPE_F16, 64, 1024, 100, 128, 16);
+    expect_invalid(ctx90, &odd, NULL, "multiple of 8");
+    sj_problem gate_out = gate;
+    gate_out.out_dtype = SJ_DTYPE_F32;
+    expect_invalid(ctx90, &gate_out, NULL, "out_dtype must equal dtype");
+    sj_problem t100 = gate_problem(SJ_DTYPE_F16, 64, 1024, 64, 100, 16);
+    expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0", "multiple of T=100");
+
+    sj_problem ffn = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16);
+    expect_invalid(ctx90, &ffn, "WARPS=8,NT=2,ROUND=16384,UCAP=512,STAGES=4", "accumulators");
+    expect_invalid(ctx90, &ffn, "WARPS=16,NT=1,ROUND=16384,UCAP=1024,STAGES=4", "shared memory");
+    expect_invalid(ctx90, &ffn, "WARPS=12,NT=1,ROUND=16384,UCAP=512,STAGES=4", "WARPS");
+    expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4", "shared memory");
+    sj_problem nk = ffn;
+    nk.k = 2048;
+    expect_invalid(ctx90, &nk, NULL, "must equal K");
+}
+
+/* The ops refuse bad arguments before they look for a kernel (a compile-only context). */
+static void test_api_checks(void **state)
+{
+    sj_twell_layout l;
+    SJ_ASSERT_OK(sj_twell_layout_init(&l, SJ_DTYPE_F16, 64, 1024, 128, 16));
+    sj_twell_device H = { .layout = l, .entries = 0x10000, .counts = 0x20000, .spill = 0x30000 };
+    sj_problem gp, fp;
+    SJ_ASSERT_OK(sj_twell_gate_problem(&l, 512, &gp));
+    SJ_ASSERT_OK(sj_twell_ffn_problem(&l, 512, SJ_DTYPE_F16, &fp));
+    sj_devptr X = 0x40000, W = 0x50000, Y = 0x60000;
+    SJ_ASSERT_STATUS(sj_twell_gate(NULL, &gp, X, W, &H, NULL), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &fp, X, W, &H, NULL), SJ_ERR_INVALID_ARGUMENT, "expected twell-gate");
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &gp, 0, W, &H, NULL), SJ_ERR_INVALID_ARGUMENT, "X is a null");
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &gp, X + 2, W, &H, NULL), SJ_ERR_INVALID_ARGUMENT, "16-byte aligned");
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &gp, X, W, NULL, NULL), SJ_ERR_INVALID_ARGUMENT, "H is NULL");
+    sj_problem other = gp;
+    other.m = 65;
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &other, X, W, &H, NULL), SJ_ERR_INVALID_ARGUMENT, "H is f16 64 x 1024");
+    sj_twell_device Hn = H;
+    Hn.spill = 0;
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &gp, X, W, &Hn, NULL), SJ_ERR_INVALID_ARGUMENT, "H.spill");
+    SJ_ASSERT_STATUS(sj_twell_gate(ctx90, &gp, X, W, &H, NULL), SJ_ERR_NO_GPU, NULL); /* all good but no GPU */
+    SJ_ASSERT_STATUS(sj_twell_ffn(ctx90, &gp, X, &H, W, W, Y, NULL), SJ_ERR_INVALID_ARGUMENT, "expected twell-ffn");
+    SJ_ASSERT_STATUS(sj_twell_ffn(ctx90, &fp, X, &H, W, 0, Y, NULL), SJ_ERR_INVALID_ARGUMENT, "Wd is a null");
+    other = fp;
+    other.k = 256;
+    SJ_ASSERT_STATUS(sj_twell_ffn(ctx90, &other, X, &H, W, W, Y, NULL), SJ_ERR_INVALID_ARGUMENT, "must both be d_model");
+    other = fp;
+    other.d_ff = 1000;
+    SJ_ASSERT_STATUS(sj_twell_ffn(ctx90, &other, X, &H, W, W, Y, NULL), SJ_ERR_INVALID_ARGUMENT, "H is");
+    SJ_ASSERT_STATUS(sj_twell_ffn(ctx90, &fp, X, &H, W, W, Y, NULL), SJ_ERR_NO_GPU, NULL);
+}
+
+/* ------------------------------------------------------------------ GPU */
+
+typedef struct ffn_data {
+    sj_dtype dt;
+    int64_t M, D, F;
+    uint16_t *X, *WgT, *WuT, *Wd;   /* host, as uploaded */
+    float *fX, *fWgT, *fWuT, *fWd;  /* the same values as floats, for the references */
+    sj_devptr dX, dWgT, dWuT, dWd;
+} ffn_data;
+
+static double normal_quantile(double q)
+{
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+static float *to_float(sj_dtype dt, const uint16_t *h, size_t n)
+{
+    float *f = malloc(sizeof *f * n);
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) f[i] = tu_from16(dt, h[i]);
+    return f;
+}
+
+static sj_devptr upload16(sj_context *ctx, const uint16_t *h, size_t n)
+{
+    sj_devptr d;
+    SJ_ASSERT_OK(sj_malloc(ctx, n * 2, &d));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, d, h, n * 2));
+    return d;
+}
+
+/* Random X, Wg, Wu, Wd (uniform [-1, 1)) with shifted pre-activations: X[:, D-1] = 1 and
+ * Wg[D-1, :] = -b so that relu(X . Wg) has about the given sparsity. */
+static void make_data(sj_context *ctx, ffn_data *d, sj_dtype dt, int64_t M, int64_t D, int64_t F, double sparsity)
+{
+    d->dt = dt;
+    d->M = M;
+    d->D = D;
+    d->F = F;
+    d->X = malloc(sizeof *d->X * (size_t)(M * D));
+    d->WgT = malloc(sizeof *d->WgT * (size_t)(F * D));
+    d->WuT = malloc(sizeof *d->WuT * (size_t)(F * D));
+    d->Wd = malloc(sizeof *d->Wd * (size_t)(F * D));
+    assert_true(d->X && d->WgT && d->WuT && d->Wd);
+    tu_fill16(dt, d->X, (size_t)(M * D), 1.0f, &rng);
+    tu_fill16(dt, d->WgT, (size_t)(F * D), 1.0f, &rng);
+    tu_fill16(dt, d->WuT, (size_t)(F * D), 1.0f, &rng);
+    tu_fill16(dt, d->Wd, (size_t)(F * D), 1.0f, &rng);
+    double shift = sqrt((double)(D - 1) / 9.0) * normal_quantile(sparsity);
+    for (int64_t r = 0; r < M; r++) d->X[r * D + D - 1] = tu_to16(dt, 1.0f);
+    for (int64_t j = 0; j < F; j++) d->WgT[j * D + D - 1] = tu_to16(dt, (float)-shift);
+    d->fX = to_float(dt, d->X, (size_t)(M * D));
+    d->fWgT = to_float(dt, d->WgT, (size_t)(F * D));
+    d->fWuT = to_float(dt, d->WuT, (size_t)(F * D));
+    d->fWd = to_float(dt, d->Wd, (size_t)(F * D));
+    d->dX = upload16(ctx, d->X, (size_t)(M * D));
+    d->dWgT = upload16(ctx, d->WgT, (size_t)(F * D));
+    d->dWuT = upload16(ctx, d->WuT, (size_t)(F * D));
+    d->dWd = upload16(ctx, d->Wd, (size_t)(F * D));
+}
+
+static void free_data(sj_context *ctx, ffn_data *d)
+{
+    sj_free(ctx, d->dX);
+    sj_free(ctx, d->dWgT);
+    sj_free(ctx, d->dWuT);
+    sj_free(ctx, d->dWd);
+    free(d->X);
+    free(d->WgT);
+    free(d->WuT);
+    free(d->Wd);
+    free(d->fX);
+    free(d->fWgT);
+    free(d->fWuT);
+    free(d->fWd);
+}
+
+static void poison_twell(sj_context *ctx, const sj_twell_device *H)
+{
+    SJ_ASSERT_OK(sj_memset_u8(ctx, H->entries, 0xFF, H->layout.entries_bytes));
+    SJ_ASSERT_OK(sj_memset_u8(ctx, H->counts, 0xFF, H->layout.counts_bytes));
+    SJ_ASSERT_OK(sj_memset_u8(ctx, H->spill, 0xFF, H->layout.spill_bytes));
+}
+
+/* Runs the gate into H and returns the dense H it holds (validated by sj_twell_to_dense),
+ * after checking it against relu(X . Wg) in fp64 element by element. */
+static uint16_t *gate_and_check(sj_context *ctx, const ffn_data *d, sj_twell_device *H, int64_t *overflow)
+{
+    const sj_twell_layout *l = &H->layout;
+    sj_problem p;
+    SJ_ASSERT_OK(sj_twell_gate_problem(l, d->D, &p));
+    poison_twell(ctx, H);
+    SJ_ASSERT_OK(sj_twell_gate(ctx, &p, d->dX, d->dWgT, H, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    sj_twell_host h;
+    SJ_ASSERT_OK(sj_twell_download(ctx, H, &h));
+    uint16_t *dense = malloc(sizeof *dense * (size_t)(d->M * d->F));
+    assert_non_null(dense);
+    SJ_ASSERT_OK(sj_twell_to_dense(&h, dense, d->F));
+    *overflow = sj_twell_overflow_tiles(&h);
+    sj_twell_host_free(&h);
+    double rtol = d->dt == SJ_DTYPE_BF16 ? 1e-2 : 2e-3, atol = 1e-3 * sqrt((double)d->D / 9.0);
+    int64_t bad = 0, nnz = 0;
+    for (int64_t r = 0; r < d->M; r++) {
+        const float *x = d->fX + r * d->D;
+        for (int64_t j = 0; j < d->F; j++) {
+            const float *w = d->fWgT + j * d->D;
+            double z = 0;
+            for (int64_t k = 0; k < d->D; k++) z += (double)x[k] * w[k];
+            double ref = z > 0 ? z : 0, got = tu_from16(d->dt, dense[r * d->F + j]);
+            if (!(fabs(got - ref) <= atol + rtol * ref)) {
+                if (bad < 5) fprintf(stderr, "# gate (%lld, %lld): got %g, expected %g\n", (long long)r, (long long)j, got, ref);
+                bad++;
+            }
+            nnz += twell_nonzero(dense[r * d->F + j]);
+        }
+    }
+    assert_int_equal(bad, 0);
+    fprintf(stderr, "# gate %lldx%lldx%lld T=%d C=%d: sparsity %.4f, %lld overflowing tiles\n", (long long)d->M,
+            (long long)d->F, (long long)d->D, l->tile, l->capacity, 1.0 - (double)nnz / (double)(d->M * d->F),
+            (long long)*overflow);
+    return dense;
+}
+
+/* Dense fp64 Y = (H (.) (X . Wu)) . Wd. */
+static double *ffn_reference(const ffn_data *d, const uint16_t *H)
+{
+    double *Y = calloc((size_t)(d->M * d->D), sizeof *Y), *p = malloc(sizeof *p * (size_t)d->F);
+    assert_true(Y && p);
+    for (int64_t r = 0; r < d->M; r++) {
+        const float *x = d->fX + r * d->D;
+        for (int64_t j = 0; j < d->F; j++) { /* every unit, active or not: the dense product */
+            double u = 0;
+            const float *wu = d->fWuT + j * d->D;
+            for (int64_t k = 0; k < d->D; k++) u += (double)x[k] * wu[k];
+            p[j] = tu_from16(d->dt, H[r * d->F + j]) * u;
+        }
+        double *y = Y + r * d->D;
+        for (int64_t j = 0; j < d->F; j++) {
+            const float *wd = d->fWd + j * d->D;
+            for (int64_t c = 0; c < d->D; c++) y[c] += p[j] * wd[c];
+        }
+    }
+    free(p);
+    return Y;
+}
+
+static void ffn_and_check(sj_context *ctx, const ffn_data *d, const sj_twell_device *H, const double *ref,
+                          sj_dtype out, const char *config)
+{
+    sj_problem p;
+    SJ_ASSERT_OK(sj_twell_ffn_problem(&H->layout, d->D, out, &p));
+    size_t n = (size_t)(d->M * d->D), bytes = n * sj_dtype_size(out);
+    sj_devptr Y;
+    SJ_ASSERT_OK(sj_malloc(ctx, bytes, &Y));
+    SJ_ASSERT_OK(sj_memset_u8(ctx, Y, 0xFF, bytes)); /* NaN: an unwritten output fails */
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, config ? config : ""));
+    SJ_ASSERT_OK(sj_twell_ffn(ctx, &p, d->dX, H, d->dWuT, d->dWd, Y, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+    void *host = malloc(bytes);
+    assert_non_null(host);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, host, Y, bytes));
+    double err = tu_rel_error(out, host, ref, n);
+    double tol = d->dt == SJ_DTYPE_BF16 || out == SJ_DTYPE_BF16 ? 1e-2 : 5e-3;
+    sj_kernel_info ki;
+    SJ_ASSERT_OK(sj_last_kernel_info(ctx, &ki));
+    fprintf(stderr, "# ffn %lld tokens, d_model %lld, d_ff %lld -> %s, config %s: rel error %.2e\n", (long long)d->M,
+            (long long)d->D, (long long)d->F, sj_dtype_name(out), ki.config, err);
+    if (!(err < tol)) fail_msg("ffn rel error %g >= %g (config %s)", err, tol, ki.config);
+    free(host);
+    sj_free(ctx, Y);
+}
+
+static void test_gate_and_ffn_gpu(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const struct { sj_dtype dt, out; int64_t M, D, F; int T, C; double sparsity; } cases[] = {
+        { SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8, 0.50 },     /* ragged, overflow almost everywhere */
+        { SJ_DTYPE_BF16, SJ_DTYPE_BF16, 77, 264, 1000, 64, 8, 0.90 },
+        { SJ_DTYPE_F16, SJ_DTYPE_F32, 300, 512, 1536, 128, 16, 0.95 },
+        { SJ_DTYPE_BF16, SJ_DTYPE_F16, 129, 1024, 2048, 128, 16, 0.99 },
+        { SJ_DTYPE_BF16, SJ_DTYPE_BF16, 64, 2048, 4096, 128, 16, 0.999 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ffn_data d;
+        make_data(ctx, &d, cases[i].dt, cases[i].M, cases[i].D, cases[i].F, cases[i].sparsity);
+        sj_twell_layout l;
+        SJ_ASSERT_OK(sj_twell_layout_init(&l, cases[i].dt, cases[i].M, cases[i].F, cases[i].T, cases[i].C));
+        sj_twell_device H;
+        SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
+        int64_t overflow;
+        uint16_t *dense = gate_and_check(ctx, &d, &H, &overflow);
+        if (cases[i].sparsity <= 0.9) assert_true(overflow > 0); /* the overflow path is exercised */
+        double *ref = ffn_reference(&d, dense);
+        ffn_and_check(ctx, &d, &H, ref, cases[i].out, NULL);
+        if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2");
+        }
+        free(ref);
+        free(dense);
+        SJ_ASSERT_OK(sj_twell_device_free(ctx, &H));
+        free_data(ctx, &d);
+    }
+}
+
+/* The FFN over a host-built TwELL (independent of the gate) whose small C makes nearly every
+ * tile overflow into the spill. */
+static void test_ffn_overflow_gpu(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    ffn_data d;
+    make_data(ctx, &d, SJ_DTYPE_F16, 50, 512, 777, 0.5);
+    uint16_t *H = malloc(sizeof *H * (size_t)(d.M * d.F));
+    assert_non_null(H);
+    for (int64_t i = 0; i < d.M * d.F; i++)
+        H[i] = tu_uniform(&rng) < 0.4 ? tu_to16(d.dt, (float)(0.6 + 0.4 * tu_uniform(&rng))) : 0;
+    sj_twell_layout l;
+    SJ_ASSERT_OK(sj_twell_layout_init(&l, d.dt, d.M, d.F, 32, 2));
+    sj_twell_host th;
+    int64_t overflow;
+    SJ_ASSERT_OK(sj_twell_from_dense(&l, H, d.F, &th, &overflow));
+    assert_true(overflow > l.rows * l.n_tiles * 9 / 10);
+    sj_twell_device dev;
+    SJ_ASSERT_OK(sj_twell_upload(ctx, &th, &dev));
+    double *ref = ffn_reference(&d, H);
+    ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, NULL);
+    free(ref);
+    sj_twell_host_free(&th);
+    SJ_ASSERT_OK(sj_twell_device_free(ctx, &dev));
+    free(H);
+    free_data(ctx, &d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_generate),
+        cmocka_unit_test(test_space_generates),
+        cmocka_unit_test(test_defaults_compile),
+        cmocka_unit_test(test_sass),
+        cmocka_unit_test(test_invalid_configs),
+        cmocka_unit_test(test_api_checks),
+        cmocka_unit_test(test_gate_and_ffn_gpu),
+        cmocka_unit_test(test_ffn_overflow_gpu),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
