@@ -200,12 +200,290 @@ sj_status sj_gemm(sj_context *ctx, const sj_problem *problem, sj_devptr A, sj_de
 
 /* ---------------------------------------------------------------- V:N:M (VENOM) sparse weights */
 /* @@VNM_API@@ */
+/* A V:N:M matrix A (rows x cols, the K of the SpMM) is cut into blocks of V rows by M columns.
+ * Every block keeps the same 4 of its M columns, and inside those 4 each row keeps 2 (2:4), so
+ * a block runs on sparse tensor cores; density 2/M (2:4 itself is V:2:4). Supported: V in
+ * {16, 32, 64, 128}, N = 2, M in 4..128, f16 and bf16. cols need not be a multiple of M (the
+ * last group is padded with zero columns) nor rows of V (padded with zero rows).
+ *
+ * The compressed form is laid out for the kernel (runtime/vnm_format.h gives the exact order):
+ * values: the 2 kept values of every row and group, in mma.sp m16n8k32 fragment order;
+ * meta: their 2-bit positions in the block's 4 columns, one metadata word per lane;
+ * index: per row block and group the 4 selected columns as B rows (-1: padding column). */
+
+typedef enum sj_vnm_select {
+    SJ_VNM_EXACT = 0,    /* A already has the pattern: compress losslessly, else SJ_ERR_PATTERN */
+    SJ_VNM_PRUNE_L2 = 1, /* by magnitude: per block the 4 columns of largest L2 norm, then per
+                            row the 2 of those 4 with largest |a| (ties: the lower column) */
+    SJ_VNM_PRUNE_L1 = 2  /* the same with L1 column norms */
+} sj_vnm_select;
+
+/* Sizes of one compressed matrix; every other sj_vnm_* call takes it from here. */
+typedef struct sj_vnm_layout {
+    sj_dtype dtype;          /* f16 or bf16 */
+    int v, n, m;             /* V:N:M */
+    int64_t rows, cols;      /* the dense matrix */
+    int64_t row_blocks;      /* ceil(rows / v) */
+    int64_t groups;          /* ceil(cols / m): column groups of one row */
+    int64_t k_tiles;         /* tiles of 32 gathered columns (8 groups) per row, padded to even */
+    size_t values_bytes, meta_bytes, index_bytes;
+} sj_vnm_layout;
+
+/* Fills layout for a rows x cols matrix; SJ_ERR_INVALID_ARGUMENT naming the bad parameter. */
+sj_status sj_vnm_layout_init(sj_vnm_layout *layout, sj_dtype dtype, int v, int n, int m,
+                             int64_t rows, int64_t cols);
+
+/* A compressed matrix in host memory. */
+typedef struct sj_vnm_host {
+    sj_vnm_layout layout;
+    uint16_t *values;        /* values_bytes */
+    uint32_t *meta;          /* meta_bytes */
+    int32_t *index;          /* index_bytes */
+} sj_vnm_host;
+
+/* Compresses the dense row-major A (layout->dtype, lda >= cols elements per row) into out,
+ * which it allocates (free with sj_vnm_host_free). SJ_VNM_EXACT fails with SJ_ERR_PATTERN and
+ * a message that names the first offending block or row when A is not V:N:M. */
+sj_status sj_vnm_compress(const sj_vnm_layout *layout, const void *A, int64_t lda,
+                          sj_vnm_select select, sj_vnm_host *out);
+/* SJ_OK when A satisfies the layout's V:N:M pattern, SJ_ERR_PATTERN (with where) otherwise. */
+sj_status sj_vnm_check(const sj_vnm_layout *layout, const void *A, int64_t lda);
+/* Writes the dense rows x cols matrix (zeros where pruned). SJ_ERR_INVALID_ARGUMENT when the
+ * compressed data is inconsistent (unsorted indices, bad metadata, values in padding). */
+sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda);
+void sj_vnm_host_free(sj_vnm_host *h);
+
+/* A compressed matrix in device memory (same layout as the host form). */
+typedef struct sj_vnm_device {
+    sj_vnm_layout layout;
+    sj_devptr values, meta, index;
+} sj_vnm_device;
+
+/* Allocates out and copies h into it. */
+sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out);
+/* Allocates out (host) and copies d into it. */
+sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out);
+sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d);
+
+/* The GPU compressor: A is dense row-major on the device (lda >= cols, a multiple of 8);
+ * allocates out and fills it with exactly what sj_vnm_compress would. SJ_VNM_EXACT waits for
+ * the stream to report a pattern violation (SJ_ERR_PATTERN, with the block). */
+sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *layout, sj_devptr A,
+                                 int64_t lda, sj_vnm_select select, sj_vnm_device *out,
+                                 void *stream);
+
+/* The SJ_OP_VNM_SPMM problem of C = A . B with A of layout and B cols x n. */
+sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype out_dtype,
+                         sj_problem *out);
+/* C[rows x n] = alpha * A . B + beta * C, fp32 accumulation, on sparse tensor cores. B is
+ * cols x n row-major (problem->dtype), C row-major (problem->out_dtype); n must be a multiple
+ * of 8, pointers 16-byte aligned. problem must match A's layout (see sj_vnm_problem).
+ * beta == 0: C is not read. stream: a CUstream or NULL. */
+sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
+                      sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
 
 /* ---------------------------------------------------------------- TwELL activations and FFN */
 /* @@TWELL_API@@ */
+/* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff
+ * (the ReLU gate of an FFN block). The columns are cut into tiles of T; per row and tile up to
+ * C non-zeros are kept with their local column, plus the tile's true non-zero count:
+ *   entries[(r * n_tiles + t) * C + i], i < min(count, C): (local column << 16) | value bits,
+ *       ascending by column (the remaining slots of the tile are unspecified);
+ *   counts[r * n_tiles + t]: the number of non-zeros in the tile; it MAY EXCEED C;
+ *   spill[r * cols + c] (dense, 16-bit): holds the whole tile t of row r exactly when
+ *       counts[r * n_tiles + t] > C; elsewhere unspecified.
+ * A value is a non-zero when it is neither +0 nor -0. Overflow stays exact: every consumer
+ * (sj_twell_to_dense, the FFN kernel) reads a tile whose count exceeds C from the spill, which
+ * the gate kernel writes densely for that tile only. The spill costs rows * cols values of
+ * memory (the dense size) but traffic only for overflowing tiles; choose C so that they are
+ * rare (sj_twell_overflow_tiles counts them).
+ *
+ * The two ops of an FFN block y = (relu(x.Wg) (.) (x.Wu)).Wd, and their sj_problem fields:
+ *   twell-gate: H = relu(X . Wg) written as TwELL in the GEMM's epilogue (no second pass).
+ *               m = tokens, n = d_ff, k = d_model, twell_tile = T, twell_capacity = C,
+ *               dtype = inputs and TwELL values (f16/bf16), out_dtype = dtype.
+ *   twell-ffn:  Y = (H (.) (X . Wu)) . Wd from X, TwELL(H), Wu and Wd in one kernel.
+ *               m = tokens, n = d_model (output), k = d_model (input; n == k), d_ff,
+ *               twell_tile / twell_capacity of H, dtype = inputs, out_dtype = Y (f16/bf16/f32).
+ * Weights are stored one row per d_ff unit, d_model contiguous (so the units a token activates
+ * are contiguous rows):
+ *   WgT: d_ff x d_model, row j = Wg[:, j];  WuT: d_ff x d_model, row j = Wu[:, j];
+ *   Wd:  d_ff x d_model, row j = Wd[j, :].
+ * X is tokens x d_model and Y tokens x d_model, row-major. d_model must be a multiple of 8
+ * and every device pointer 16-byte aligned. fp32 accumulation throughout; the FFN rounds
+ * h * u to the input dtype before the down projection, as the dense block does. */
+
+typedef struct sj_twell_layout {
+    sj_dtype dtype;          /* f16 or bf16 */
+    int64_t rows, cols;      /* tokens x d_ff */
+    int tile, capacity;      /* T and C: 1 <= C <= T <= 65536 */
+    int64_t n_tiles;         /* ceil(cols / T) */
+    size_t entries_bytes, counts_bytes, spill_bytes;
+} sj_twell_layout;
+
+/* Fills layout; SJ_ERR_INVALID_ARGUMENT naming the bad parameter. */
+sj_status sj_twell_layout_init(sj_twell_layout *layout, sj_dtype dtype, int64_t rows, int64_t cols,
+                               int tile, int capacity);
+
+/* A TwELL matrix in host memory. */
+typedef struct sj_twell_host {
+    sj_twell_layout layout;
+    uint32_t *entries;       /* entries_bytes */
+    int32_t *counts;         /* counts_bytes */
+    uint16_t *spill;         /* spill_bytes */
+} sj_twell_host;
+
+/* Converts the dense row-major H (layout->dtype, ld >= cols elements per row) into out, which
+ * it allocates (free with sj_twell_host_free). Unused slots and the spill outside overflowing
+ * tiles are zeroed, so equal inputs give equal bytes. n_overflow (may be NULL): the number of
+ * tiles with more than C non-zeros. */
+sj_status sj_twell_from_dense(const sj_twell_layout *layout, const void *H, int64_t ld,
+                              sj_twell_host *out, int64_t *n_overflow);
+/* Writes the dense rows x cols matrix (+0 where H has no non-zero). SJ_ERR_INVALID_ARGUMENT
+ * naming the row and tile when the data is inconsistent (a count out of range, a column
+ * outside the tile or past cols, columns not ascending, a stored zero, entries of an
+ * overflowing tile that are not the first C non-zeros of its spill, a spill tile whose
+ * non-zero count differs from counts). */
+sj_status sj_twell_to_dense(const sj_twell_host *h, void *H, int64_t ld);
+/* Tiles with more than C non-zeros (read from the spill). */
+int64_t sj_twell_overflow_tiles(const sj_twell_host *h);
+void sj_twell_host_free(sj_twell_host *h);
+
+/* A TwELL matrix in device memory (same layout as the host form). */
+typedef struct sj_twell_device {
+    sj_twell_layout layout;
+    sj_devptr entries, counts, spill;
+} sj_twell_device;
+
+/* Allocates the three device arrays of layout (contents undefined until written). */
+sj_status sj_twell_device_alloc(sj_context *ctx, const sj_twell_layout *layout, sj_twell_device *out);
+/* Allocates out and copies h into it. */
+sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_device *out);
+/* Allocates out (host) and copies d into it (synchronous). */
+sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_host *out);
+sj_status sj_twell_device_free(sj_context *ctx, sj_twell_device *d);
+
+/* The problems of the gate GEMM and of the fused FFN over a TwELL matrix of layout. */
+sj_status sj_twell_gate_problem(const sj_twell_layout *layout, int64_t d_model, sj_problem *out);
+sj_status sj_twell_ffn_problem(const sj_twell_layout *layout, int64_t d_model, sj_dtype out_dtype,
+                               sj_problem *out);
+
+/* H = relu(X . Wg) as TwELL: X tokens x d_model, WgT d_ff x d_model (problem->dtype); H must
+ * have the problem's layout (rows = m, cols = n, T, C, dtype). Every count, the first
+ * min(count, C) entries of every tile and the spill of overflowing tiles are written.
+ * The gate template needs T to divide its column tile (T a power of two, 8..256).
+ * stream: a CUstream or NULL. */
+sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                        const sj_twell_device *H, void *stream);
+/* Y = (H (.) (X . Wu)) . Wd for tokens = problem->m: X tokens x d_model, H TwELL tokens x
+ * d_ff (the problem's layout), WuT and Wd d_ff x d_model (problem->dtype), Y tokens x d_model
+ * (problem->out_dtype). Only the d_ff units a token block activates are read from WuT and Wd.
+ * stream: a CUstream or NULL. */
+sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
+                       const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
+                       void *stream);
 
 /* ---------------------------------------------------------------- tuner */
 /* @@TUNER_API@@ */
+
+/* Search strategies. EXHAUSTIVE measures every valid config of the template's space; RANDOM
+ * measures a seeded random sample and then searches the neighbourhood of the best ones (one
+ * parameter moved to its adjacent value), within a budget of trials and/or seconds. */
+typedef enum sj_tune_strategy {
+    SJ_TUNE_EXHAUSTIVE = 0,
+    SJ_TUNE_RANDOM = 1
+} sj_tune_strategy;
+
+const char *sj_tune_strategy_name(sj_tune_strategy s); /* "exhaustive", "random"; NULL if unknown */
+sj_status sj_tune_strategy_parse(const char *name, sj_tune_strategy *out);
+
+/* Handed to the progress callback after every finished candidate. */
+typedef struct sj_tune_progress {
+    int done;                /* candidates finished (measured or rejected) */
+    int total;               /* candidates planned: the valid space or the trial budget; -1 unknown */
+    int rejected;            /* failed to compile/load/launch, or disagreed with the reference */
+    const char *config;      /* the candidate just finished */
+    const char *status;      /* its status: "ok", "noisy", "compile-error", "wrong-result", ... */
+    double median_us;        /* its median (0 when rejected) */
+    const char *best_config; /* "" until one passes */
+    double best_us;          /* 0 until one passes */
+    double elapsed_s;
+    double eta_s;            /* estimated seconds left; < 0 when unknown */
+} sj_tune_progress;
+
+/* Return nonzero to stop the search early (the best so far still wins and is stored). */
+typedef int (*sj_tune_progress_fn)(void *user, const sj_tune_progress *progress);
+
+typedef struct sj_tune_options {
+    sj_tune_strategy strategy;
+    int budget_trials;       /* RANDOM: candidates to measure (0: a quarter of the valid space,
+                                16..64); EXHAUSTIVE: 0 = all, else the first N in stable order */
+    double budget_seconds;   /* stop starting new candidates after this many seconds (0: no limit) */
+    uint64_t seed;           /* RANDOM: the same seed samples the same candidates */
+    double warmup_ms;        /* warm-up budget per candidate (default 25) */
+    double rep_ms;           /* measurement budget per candidate (default 100) */
+    int min_reps;            /* at least this many timed runs (default 10) */
+    int threads;             /* NVRTC compile threads (0: online CPUs - 1, at least 1) */
+    int save;                /* store trials and winner in the context's cache (default 1) */
+    sj_tune_progress_fn progress;
+    void *progress_user;
+} sj_tune_options;
+
+void sj_tune_options_init(sj_tune_options *opts);
+
+/* One measured candidate. */
+typedef struct sj_tune_trial {
+    char config[256];
+    char status[32];         /* "ok", "noisy", "compile-error", "load-error", "launch-error",
+                                "wrong-result" */
+    double median_us, p20_us, p80_us;
+    double tflops;
+    double compile_seconds;
+    double rel_error;        /* ||out - ref|| / ||ref|| of the correctness check (-1: not run) */
+} sj_tune_trial;
+
+typedef struct sj_tune_result {
+    char config[256];        /* the winner */
+    char template_name[64];
+    char strategy[16];
+    double median_us, p20_us, p80_us;
+    double tflops;
+    int space_size;          /* valid configs in the space; -1 when too large to count */
+    int trials_done;         /* candidates finished */
+    int trials_rejected;
+    double seconds;          /* wall time of the whole tuning */
+    double compile_seconds;  /* NVRTC time summed over candidates (spread over the threads) */
+    int saved;               /* 1 when stored in the cache */
+    sj_tune_trial *trials;   /* every trial in the order finished; free with sj_tune_result_free */
+    int n_trials;
+} sj_tune_result;
+
+void sj_tune_result_free(sj_tune_result *result);
+
+/* Tunes the kernel of problem on the context's GPU: enumerates the template's valid configs,
+ * compiles them on several threads while the GPU measures the compiled ones, rejects those that
+ * disagree with an independent reference kernel, and picks the fastest (ties within 1% go to the
+ * first in the template's stable order). The trials and the winner are stored in the cache in one
+ * transaction, and later op calls on any context with this cache use the winner. A context
+ * without a cache stores nothing (result->saved = 0): apply the winner with sj_set_config.
+ * opts NULL: defaults. SJ_ERR_VERIFY when no candidate passed. */
+sj_status sj_tune(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
+                  sj_tune_result *result);
+
+typedef struct sj_bench_result {
+    double median_us, p20_us, p80_us;
+    double tflops;
+    int reps;
+    char config[256];        /* the kernel that was timed */
+    sj_config_origin origin;
+    sj_kernel_source source;
+} sj_bench_result;
+
+/* Times the kernel the op would use now for problem (forced, tuned or default config) with the
+ * tuner's method: device events, L2 flushed between runs, warm-up and repetition budgets from
+ * opts (NULL: defaults), median and 20/80% quantiles. Inputs are random. */
+sj_status sj_bench(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
+                   sj_bench_result *result);
 
 #ifdef __cplusplus
 }
