@@ -7,20 +7,21 @@
 
 const char cli_problem_help[] =
     "  --op OP            gemm | vnm-spmm | twell-gate | twell-ffn (default gemm)\n"
-    "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows x N x K of A.B;\n"
-    "                     twell-*: tokens x d_model_out x d_model_in)\n"
+    "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
+    "                     twell-gate: tokens x d_ff x d_model; twell-ffn: tokens x d_model x d_model)\n"
     "  --dtype T          input dtype: f16 | bf16 (default f16)\n"
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
     "  --vnm V:N:M        V:N:M sparsity for vnm-spmm (default 64:2:8)\n"
     "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
     "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n";
 
-static int out_set;
+static int out_set, shape_set;
 
 void cli_problem_begin(sj_problem *p)
 {
     sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
     out_set = 0;
+    shape_set = 0;
 }
 
 static int parse_ints(const char *s, char sep, long long *v, int n)
@@ -65,6 +66,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         p->m = v[0];
         p->n = v[1];
         p->k = v[2];
+        shape_set = 1;
     } else if (!strcmp(opt, "--dtype") || !strcmp(opt, "--out")) {
         sj_dtype d;
         if (sj_dtype_parse(val, &d) != SJ_OK) goto bad;
@@ -113,7 +115,7 @@ int cli_problem_finish(sj_problem *p)
         p->twell_tile = 128;
         p->twell_capacity = 16;
     }
-    if (!p->m) {
+    if (!shape_set) {
         fprintf(stderr, "sparsejit: --shape MxNxK is required\n");
         return 0;
     }

@@ -1291,5 +1291,5 @@ int main(void)
         cmocka_unit_test(test_default_path),
         cmocka_unit_test(test_bad_arguments),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_TESTS(tests, NULL, NULL);
 }

@@ -175,5 +175,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_configs_match_fp64),
         cmocka_unit_test(test_second_process_loads_from_cache),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_TESTS(tests, NULL, NULL);
 }

@@ -283,5 +283,5 @@ int main(void)
         cmocka_unit_test(test_template_hash),
         cmocka_unit_test(test_embedded_templates_load),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return TU_RUN_TESTS(tests, setup, NULL);
 }

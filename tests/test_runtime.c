@@ -220,5 +220,5 @@ int main(void)
         cmocka_unit_test(test_kernel_table),
         cmocka_unit_test(test_last_error_is_thread_local),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_TESTS(tests, NULL, NULL);
 }

@@ -289,5 +289,5 @@ int main(void)
         cmocka_unit_test(test_to_dense_refuses_inconsistent),
         cmocka_unit_test(test_problems),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return TU_RUN_TESTS(tests, setup, NULL);
 }

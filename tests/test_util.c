@@ -182,3 +182,17 @@ const char *tu_source_dir(void)
     const char *env = getenv("SJ_SOURCE_DIR");
     return env && env[0] ? env : SJ_SOURCE_DIR;
 }
+
+static int skipped_for_gpu;
+
+void tu_note_skip(void) { skipped_for_gpu = 1; }
+
+int tu_exit_code(int failed)
+{
+    if (failed) return 1;
+    if (skipped_for_gpu) {
+        fprintf(stderr, "# some tests were skipped: no GPU (exit 77 = skipped for ctest)\n");
+        return 77;
+    }
+    return 0;
+}

@@ -48,7 +48,12 @@ double tu_rel_error(sj_dtype out_dt, const void *out, const double *ref, size_t 
 sj_context *tu_gpu_context(void);
 /* Skips the calling test with a visible reason when there is no GPU. */
 #define TU_REQUIRE_GPU(ctx) \
-    do { (ctx) = tu_gpu_context(); if (!(ctx)) { skip(); return; } } while (0)
+    do { (ctx) = tu_gpu_context(); if (!(ctx)) { tu_note_skip(); skip(); return; } } while (0)
+void tu_note_skip(void);
+/* The test program's exit code: 1 when any test failed, else 77 (ctest: skipped) when any was
+ * skipped for want of a GPU, else 0. Use as `return TU_RUN_TESTS(tests, setup, teardown);`. */
+int tu_exit_code(int failed);
+#define TU_RUN_TESTS(tests, setup, teardown) tu_exit_code(cmocka_run_group_tests(tests, setup, teardown))
 /* A compile-only context for arch (no GPU needed), with the cache disabled. */
 sj_context *tu_compile_context(const char *arch);
 /* Path to the cuobjdump binary ($CUOBJDUMP, PATH, or pip's nvidia-cuda-cuobjdump), or NULL. */
