@@ -265,9 +265,10 @@ sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *ou
 sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out);
 sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d);
 
-/* The GPU compressor: A is dense row-major on the device (lda >= cols, a multiple of 8);
- * allocates out and fills it with exactly what sj_vnm_compress would. SJ_VNM_EXACT waits for
- * the stream to report a pattern violation (SJ_ERR_PATTERN, with the block). */
+/* The GPU compressor: A is dense row-major on the device (lda >= cols elements per row);
+ * allocates out and fills it with exactly the bytes sj_vnm_compress would. It waits for the
+ * stream (the kernel is compiled for the call), and SJ_VNM_EXACT reports a violation as
+ * SJ_ERR_PATTERN naming the first offending block or row, as the host does. */
 sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *layout, sj_devptr A,
                                  int64_t lda, sj_vnm_select select, sj_vnm_device *out,
                                  void *stream);

@@ -1,0 +1,239 @@
+/* op_vnm.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
+ * compressor (templates/vnm_compress.lua) and sj_vnm_spmm (templates/vnm_spmm.lua through the
+ * request path: kernel table, cache, template + NVRTC). */
+#include "error.h"
+#include "runtime.h"
+#include "vnm_format.h"
+#include "generator/nvrtc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d)
+{
+    if (!ctx || !d) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_device_free: ctx or d is NULL");
+    sj_status st = SJ_OK, s2;
+    sj_devptr ptrs[3] = { d->values, d->meta, d->index };
+    for (int i = 0; i < 3; i++)
+        if (ptrs[i] && (s2 = sj_free(ctx, ptrs[i])) != SJ_OK && st == SJ_OK) st = s2;
+    memset(d, 0, sizeof *d);
+    return st;
+}
+
+static sj_status device_alloc(sj_context *ctx, const sj_vnm_layout *l, sj_vnm_device *out)
+{
+    memset(out, 0, sizeof *out);
+    out->layout = *l;
+    sj_status st;
+    if ((st = sj_malloc(ctx, l->values_bytes, &out->values)) != SJ_OK ||
+        (st = sj_malloc(ctx, l->meta_bytes, &out->meta)) != SJ_OK ||
+        (st = sj_malloc(ctx, l->index_bytes, &out->index)) != SJ_OK) {
+        sj_vnm_device_free(ctx, out);
+        return st;
+    }
+    return SJ_OK;
+}
+
+sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: ctx is NULL");
+    if (!h || !h->values || !h->meta || !h->index)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: h or its arrays are NULL");
+    const sj_vnm_layout *l = &h->layout;
+    sj_status st = vnm_layout_check(l, "sj_vnm_upload");
+    if (st != SJ_OK || (st = device_alloc(ctx, l, out)) != SJ_OK) return st;
+    if ((st = sj_memcpy_htod(ctx, out->values, h->values, l->values_bytes)) != SJ_OK ||
+        (st = sj_memcpy_htod(ctx, out->meta, h->meta, l->meta_bytes)) != SJ_OK ||
+        (st = sj_memcpy_htod(ctx, out->index, h->index, l->index_bytes)) != SJ_OK)
+        sj_vnm_device_free(ctx, out);
+    return st;
+}
+
+sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!ctx || !d) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: ctx or d is NULL");
+    const sj_vnm_layout *l = &d->layout;
+    sj_status st = vnm_layout_check(l, "sj_vnm_download");
+    if (st != SJ_OK) return st;
+    out->layout = *l;
+    out->values = malloc(l->values_bytes);
+    out->meta = malloc(l->meta_bytes);
+    out->index = malloc(l->index_bytes);
+    if (!out->values || !out->meta || !out->index) {
+        sj_vnm_host_free(out);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_vnm_download: cannot allocate %zu bytes",
+                       l->values_bytes + l->meta_bytes + l->index_bytes);
+    }
+    if ((st = sj_memcpy_dtoh(ctx, out->values, d->values, l->values_bytes)) != SJ_OK ||
+        (st = sj_memcpy_dtoh(ctx, out->meta, d->meta, l->meta_bytes)) != SJ_OK ||
+        (st = sj_memcpy_dtoh(ctx, out->index, d->index, l->index_bytes)) != SJ_OK)
+        sj_vnm_host_free(out);
+    return st;
+}
+
+sj_status sj_vnm_problem(const sj_vnm_layout *l, int64_t n, sj_dtype out_dtype, sj_problem *out)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_problem: out is NULL");
+    sj_status st = vnm_layout_check(l, "sj_vnm_problem");
+    if (st != SJ_OK) return st;
+    sj_problem_init(out, SJ_OP_VNM_SPMM, l->dtype, l->rows, n, l->cols);
+    out->out_dtype = out_dtype;
+    out->vnm_v = l->v;
+    out->vnm_n = l->n;
+    out->vnm_m = l->m;
+    return sj_problem_validate(out);
+}
+
+sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
+                      float alpha, float beta, void *stream)
+{
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: ctx is NULL");
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return st;
+    if (p->op != SJ_OP_VNM_SPMM)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.op is %s, expected vnm-spmm", sj_op_name(p->op));
+    if (!A) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: A is NULL");
+    const sj_vnm_layout *l = &A->layout;
+    if ((st = vnm_layout_check(l, "sj_vnm_spmm")) != SJ_OK) return st;
+    if (p->dtype != l->dtype || p->m != l->rows || p->k != l->cols || p->vnm_v != l->v || p->vnm_n != l->n ||
+        p->vnm_m != l->m)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+                       "sj_vnm_spmm: problem (%s, m=%lld, k=%lld, V:N:M %d:%d:%d) does not match A (%s, %lldx%lld, "
+                       "%d:%d:%d); see sj_vnm_problem",
+                       sj_dtype_name(p->dtype), (long long)p->m, (long long)p->k, p->vnm_v, p->vnm_n, p->vnm_m,
+                       sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->v, l->n, l->m);
+    if (p->n % 8)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: n = %lld must be a multiple of 8 (16-byte rows of B and C)",
+                       (long long)p->n);
+    if ((st = rt_check_ptr("A.values", A->values, 16)) != SJ_OK || (st = rt_check_ptr("A.meta", A->meta, 16)) != SJ_OK ||
+        (st = rt_check_ptr("A.index", A->index, 16)) != SJ_OK || (st = rt_check_ptr("B", B, 16)) != SJ_OK ||
+        (st = rt_check_ptr("C", C, 16)) != SJ_OK)
+        return st;
+    const loaded_kernel *k;
+    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
+    void *args[] = { (void *)&A->values, (void *)&A->meta, (void *)&A->index, &B, &C, &m, &n, &kk, &alpha, &beta };
+    return rt_launch(ctx, k, args, stream);
+}
+
+/* ---------------------------------------------------------------- the GPU compressor */
+
+/* The compressor has no sj_op of its own yet, so it runs its template straight through the
+ * generator and NVRTC (one compile per call) instead of the cached request path. */
+static sj_status build_compressor(sj_context *ctx, const sj_vnm_layout *l, CUmodule *mod, CUfunction *fn,
+                                  sj_generated **gen)
+{
+    gen_state *g;
+    sj_status st = rt_generator(ctx, &g);
+    if (st != SJ_OK) return st;
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_VNM_SPMM, l->dtype, l->rows, 8, l->cols);
+    p.vnm_v = l->v;
+    p.vnm_n = l->n;
+    p.vnm_m = l->m;
+    double t0 = rt_seconds();
+    if ((st = gen_generate(g, "vnm_compress", &p, NULL, gen)) != SJ_OK) return st;
+    ctx->stats.lua_generations++;
+    ctx->stats.lua_seconds += rt_seconds() - t0;
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    double secs = 0;
+    st = nvrtc_compile((*gen)->source, (*gen)->entry, ctx->arch, &cubin, &size, &log, &secs);
+    ctx->stats.nvrtc_compiles++;
+    ctx->stats.nvrtc_seconds += secs;
+    free(log);
+    if (st != SJ_OK) return sj_fail_context(st, "compiling the V:N:M compressor");
+    CUresult r = sj_cu.cuModuleLoadData(mod, cubin);
+    free(cubin);
+    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuModuleLoadData (V:N:M compressor)");
+    if ((r = sj_cu.cuModuleGetFunction(fn, *mod, (*gen)->entry)) != CUDA_SUCCESS) {
+        sj_cu.cuModuleUnload(*mod);
+        return sj_cuda_fail(r, "cuModuleGetFunction (V:N:M compressor)");
+    }
+    return SJ_OK;
+}
+
+/* The message of the first violation the kernel found (its key: see templates/vnm_compress.lua). */
+static sj_status pattern_error(const sj_vnm_layout *l, unsigned long long key)
+{
+    long long gp = (long long)l->k_tiles * 8, sub = (long long)(key % (unsigned long long)(l->v + 1));
+    long long blk = (long long)(key / (unsigned long long)(l->v + 1)), rb = blk / gp, g = blk % gp;
+    long long c0 = g * l->m, c1 = c0 + l->m < l->cols ? c0 + l->m - 1 : l->cols - 1;
+    if (sub == 0) {
+        long long r0 = rb * l->v, r1 = r0 + l->v < l->rows ? r0 + l->v - 1 : l->rows - 1;
+        return sj_fail(SJ_ERR_PATTERN,
+                       "not V:%d:%d: rows %lld..%lld, columns %lld..%lld (row block %lld, group %lld) have non-zeros in "
+                       "more than 4 columns; a block keeps at most 4",
+                       l->n, l->m, r0, r1, c0, c1, rb, g);
+    }
+    return sj_fail(SJ_ERR_PATTERN,
+                   "not V:%d:%d: row %lld has more than 2 non-zeros in columns %lld..%lld (group %lld); 2:4 keeps at "
+                   "most 2 of the block's 4 columns",
+                   l->n, l->m, rb * l->v + sub - 1, c0, c1, g);
+}
+
+sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,
+                                 sj_vnm_select select, sj_vnm_device *out, void *stream)
+{
+    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: ctx is NULL");
+    sj_status st = vnm_layout_check(l, "sj_vnm_compress_device");
+    if (st != SJ_OK) return st;
+    if ((st = rt_check_ptr("A", A, 2)) != SJ_OK) return st;
+    if (lda < l->cols)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: lda = %lld is less than cols = %lld",
+                       (long long)lda, (long long)l->cols);
+    if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: select = %d is not an sj_vnm_select", (int)select);
+    if ((st = rt_require_gpu(ctx, "compressing on the device")) != SJ_OK) return st;
+    CUmodule mod;
+    CUfunction fn;
+    sj_generated *gen = NULL;
+    if ((st = build_compressor(ctx, l, &mod, &fn, &gen)) != SJ_OK) {
+        sj_generated_free(gen);
+        return st;
+    }
+    sj_devptr err_word = 0;
+    unsigned long long key = ~0ull;
+    CUresult r = CUDA_SUCCESS;
+    if ((st = device_alloc(ctx, l, out)) != SJ_OK || (st = sj_malloc(ctx, sizeof key, &err_word)) != SJ_OK ||
+        (st = sj_memset_u8(ctx, err_word, 0xff, sizeof key)) != SJ_OK)
+        goto done;
+    long long ld = (long long)lda;
+    int sel = (int)select;
+    void *args[] = { &A, &ld, &sel, &out->values, &out->meta, &out->index, &err_word };
+    r = sj_cu.cuLaunchKernel(fn, gen->grid[0], gen->grid[1], gen->grid[2], gen->block[0], gen->block[1],
+                                      gen->block[2], gen->shared_bytes, (CUstream)stream, args, NULL);
+    if (r != CUDA_SUCCESS) { st = sj_cuda_fail(r, "cuLaunchKernel (V:N:M compressor)"); goto done; }
+    ctx->stats.launches++;
+    /* The module goes away with this call, so the kernel must be done first. */
+    if ((r = sj_cu.cuStreamSynchronize((CUstream)stream)) != CUDA_SUCCESS) {
+        st = sj_cuda_fail(r, "cuStreamSynchronize (V:N:M compressor)");
+        goto done;
+    }
+    if ((st = sj_memcpy_dtoh(ctx, &key, err_word, sizeof key)) != SJ_OK) goto done;
+    if (key != ~0ull) st = pattern_error(l, key);
+done:
+    if (err_word) {
+        sj_status s2 = sj_free(ctx, err_word);
+        if (st == SJ_OK) st = s2;
+    }
+    if ((r = sj_cu.cuModuleUnload(mod)) != CUDA_SUCCESS && st == SJ_OK)
+        st = sj_cuda_fail(r, "cuModuleUnload (V:N:M compressor)");
+    /* On failure the message is already set; freeing out must not replace it. */
+    if (st != SJ_OK) {
+        char keep[2048];
+        snprintf(keep, sizeof keep, "%s", sj_last_error());
+        sj_vnm_device_free(ctx, out);
+        sj_fail(st, "%s", keep);
+    }
+    sj_generated_free(gen);
+    return st;
+}

@@ -1,0 +1,402 @@
+/* test_vnm_spmm.c: the V:N:M SpMM and the GPU compressor.
+ * CPU: the templates generate and NVRTC-compile for sm_80 and sm_90a (the sm_90a SASS has
+ * HMMA.SP and no local memory), bad configs and arguments are refused with the reason.
+ * GPU: sj_vnm_spmm against an fp64 CPU reference of the decompressed A times B on fresh random
+ * data for every V in {16, 32, 64, 128} and M in {4, 5, 7, 8, 16, 32, 64, 128}, f16 and bf16,
+ * ragged shapes, alpha/beta and every output dtype; explicit tile configs; the GPU compressor
+ * byte for byte against the host compressor; upload/download round trips. */
+#include "test_util.h"
+#include "runtime/runtime.h"
+#include "runtime/vnm_format.h"
+#include "generator/nvrtc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng;
+
+static const int VS[] = { 16, 32, 64, 128 };
+static const int MS[] = { 4, 5, 7, 8, 16, 32, 64, 128 };
+
+static sj_problem vnm_problem(sj_dtype dt, sj_dtype out, int64_t rows, int64_t n, int64_t k, int v, int m)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_VNM_SPMM, dt, rows, n, k);
+    p.out_dtype = out;
+    p.vnm_v = v;
+    p.vnm_n = 2;
+    p.vnm_m = m;
+    return p;
+}
+
+/* The SASS of a cubin, or NULL (with a visible skip) when there is no cuobjdump. */
+static char *sass_of(const void *cubin, size_t size)
+{
+    const char *tool = tu_cuobjdump();
+    if (!tool) {
+        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP)\n");
+        return NULL;
+    }
+    const char *dir = tu_tempdir();
+    assert_non_null(dir);
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/vnm.cubin", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cubin, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
+    FILE *pp = popen(cmd, "r");
+    assert_non_null(pp);
+    size_t cap = 1 << 22, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    size_t n;
+    while ((n = fread(text + len, 1, cap - 1 - len, pp)) > 0) len += n;
+    text[len] = 0;
+    assert_int_equal(pclose(pp), 0);
+    return text;
+}
+
+/* Generates p (config cfg, NULL: default) on ctx and compiles it for arch; returns the cubin. */
+static void *compile(sj_context *ctx, const sj_problem *p, const char *cfg, const char *arch, size_t *size,
+                     sj_generated **gout)
+{
+    sj_generated *g = NULL;
+    SJ_ASSERT_OK(sj_generate(ctx, p, cfg, &g));
+    assert_non_null(strstr(g->source, "mma.sp::ordered_metadata.sync.aligned.m16n8k32"));
+    void *cubin = NULL;
+    char *log = NULL;
+    SJ_ASSERT_OK(nvrtc_compile(g->source, g->entry, arch, &cubin, size, &log, NULL));
+    free(log);
+    if (gout) *gout = g; else sj_generated_free(g);
+    return cubin;
+}
+
+/* A context that generates for this machine's GPU, or for sm_90a without one; compiles for
+ * other archs go through nvrtc_compile (a context refuses an arch its GPU cannot run). */
+static sj_context *gen_context(void)
+{
+    sj_context *ctx = tu_compile_context(NULL);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+static void test_template_compiles(void **state)
+{
+    (void)state;
+    sj_context *ctx = gen_context();
+    /* The benchmark shapes' defaults (gather and 2:4 paths), and small ragged ones. */
+    const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; } cases[] = {
+        { 28672, 8192, 8192, 128, 8, SJ_DTYPE_F16, SJ_DTYPE_F16 },
+        { 28672, 8192, 8192, 64, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16 },
+        { 4096, 4096, 4096, 128, 4, SJ_DTYPE_F16, SJ_DTYPE_F32 },
+        { 100, 136, 333, 16, 7, SJ_DTYPE_BF16, SJ_DTYPE_F16 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = vnm_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v, cases[i].m);
+        size_t size;
+        void *cubin = compile(ctx, &p, NULL, "sm_80", &size, NULL);
+        assert_true(size > 0);
+        free(cubin);
+        sj_generated *g;
+        cubin = compile(ctx, &p, NULL, "sm_90a", &size, &g);
+        char *sass = sass_of(cubin, size);
+        if (sass) {
+            if (!strstr(sass, "HMMA.SP.16832.F32")) fail_msg("%s: no HMMA.SP.16832 in the SASS", g->entry);
+            if (strstr(sass, "LDL") || strstr(sass, "STL")) fail_msg("%s (%s): local memory in the SASS", g->entry, g->config);
+            free(sass);
+        }
+        fprintf(stderr, "# %s %s: %zu-byte cubin, %u B shared\n", g->entry, g->config, size, g->shared_bytes);
+        sj_generated_free(g);
+        free(cubin);
+    }
+    /* The compressor template (no op of its own: through the generator directly). */
+    gen_state *gs;
+    SJ_ASSERT_OK(rt_generator(ctx, &gs));
+    sj_problem p = vnm_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 300, 8, 777, 128, 100);
+    for (int a = 0; a < 2; a++) {
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(gen_generate(gs, "vnm_compress", &p, NULL, &g));
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        SJ_ASSERT_OK(nvrtc_compile(g->source, g->entry, a ? "sm_80" : "sm_90a", &cubin, &size, &log, NULL));
+        free(log);
+        free(cubin);
+        sj_generated_free(g);
+    }
+    sj_context_destroy(ctx);
+}
+
+static void test_template_rejects(void **state)
+{
+    (void)state;
+    sj_context *ctx = gen_context();
+    sj_generated *g = NULL;
+    sj_problem p = vnm_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 100, 512, 64, 8);
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_TEMPLATE, "multiple of 8");
+    p = vnm_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 256, 512, 32, 8);
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WM=64,BM=64", &g), SJ_ERR_INVALID_ARGUMENT, "WM=64 exceeds V=32");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BK=96", &g), SJ_ERR_INVALID_ARGUMENT, "BK=96");
+    sj_problem big = vnm_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 256, 8192, 128, 8);
+    SJ_ASSERT_STATUS(sj_generate(ctx, &big, "BM=128,BN=256,WM=64,WN=64,STAGES=6", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "shared memory");
+    p.vnm_v = 48;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "V must be 16, 32, 64 or 128");
+    p.vnm_v = 64;
+    p.vnm_m = 3;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "M must be in 4..128");
+    sj_context_destroy(ctx);
+}
+
+/* Argument checks of sj_vnm_spmm come before any device work, so they run without a GPU (the
+ * device pointers are made up: nothing may reach a real GPU with them). */
+static void test_spmm_arguments(void **state)
+{
+    (void)state;
+    sj_context *ctx = gen_context();
+    sj_vnm_device A;
+    memset(&A, 0, sizeof A);
+    SJ_ASSERT_OK(sj_vnm_layout_init(&A.layout, SJ_DTYPE_F16, 64, 2, 8, 256, 512));
+    A.values = A.meta = A.index = 0x10000;
+    sj_problem p;
+    SJ_ASSERT_OK(sj_vnm_problem(&A.layout, 128, SJ_DTYPE_F32, &p));
+    assert_int_equal(p.m, 256);
+    assert_int_equal(p.k, 512);
+    assert_int_equal(p.vnm_m, 8);
+    sj_problem q = p;
+    q.k = 520;
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &q, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "does not match A");
+    q = p;
+    q.vnm_m = 16;
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &q, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "does not match A");
+    q = p;
+    q.n = 100;
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &q, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "multiple of 8");
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &p, &A, 0, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "B is a null");
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &p, &A, 0x20008, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "16-byte aligned");
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &p, NULL, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "A is NULL");
+    q = p;
+    q.op = SJ_OP_GEMM;
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &q, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "expected vnm-spmm");
+    /* Without a GPU, valid arguments reach the device and stop there. */
+    sj_device_info info;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
+    if (!info.has_gpu) SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &p, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_NO_GPU, NULL);
+    sj_context_destroy(ctx);
+}
+
+/* ---- GPU ---- */
+
+static double tolerance(sj_dtype out)
+{
+    if (out == SJ_DTYPE_BF16) return 1e-2;
+    if (out == SJ_DTYPE_F16) return 2e-3;
+    return 1e-5; /* f32 out: only fp32 accumulation rounding */
+}
+
+/* Runs C = alpha*A.B + beta*C for problem p on random data; returns the relative error against
+ * the fp64 product of the decompressed (pruned) A. */
+static double run_spmm(sj_context *ctx, const sj_problem *p, float alpha, float beta)
+{
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->k));
+    size_t na = (size_t)(p->m * p->k), nb = (size_t)(p->k * p->n), nc = (size_t)(p->m * p->n);
+    size_t osz = sj_dtype_size(p->out_dtype);
+    uint16_t *A = malloc(na * 2), *P = malloc(na * 2), *B = malloc(nb * 2);
+    unsigned char *C0 = malloc(nc * osz), *C = malloc(nc * osz);
+    double *ref = malloc(nc * sizeof(double));
+    assert_true(A && P && B && C0 && C && ref);
+    tu_fill16(p->dtype, A, na, 1.0f, &rng);
+    tu_fill16(p->dtype, B, nb, 1.0f, &rng);
+    if (beta != 0.0f) {
+        if (p->out_dtype == SJ_DTYPE_F32)
+            for (size_t i = 0; i < nc; i++) ((float *)C0)[i] = (float)tu_uniform(&rng);
+        else
+            tu_fill16(p->out_dtype, (uint16_t *)C0, nc, 1.0f, &rng);
+    } else {
+        memset(C0, 0xFF, nc * osz); /* NaN: beta = 0 must neither read C nor leave it unwritten */
+    }
+    sj_vnm_host h;
+    SJ_ASSERT_OK(sj_vnm_compress(&l, A, p->k, SJ_VNM_PRUNE_L2, &h));
+    SJ_ASSERT_OK(sj_vnm_decompress(&h, P, p->k));
+    tu_ref_gemm16(p->dtype, P, B, ref, p->m, p->n, p->k);
+    for (size_t i = 0; i < nc; i++) ref[i] = alpha * ref[i] + (beta != 0.0f ? beta * tu_load(p->out_dtype, C0, i) : 0.0);
+    sj_vnm_device dA;
+    sj_devptr dB, dC;
+    SJ_ASSERT_OK(sj_vnm_upload(ctx, &h, &dA));
+    SJ_ASSERT_OK(sj_malloc(ctx, nb * 2, &dB));
+    SJ_ASSERT_OK(sj_malloc(ctx, nc * osz, &dC));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, dB, B, nb * 2));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, dC, C0, nc * osz));
+    SJ_ASSERT_OK(sj_vnm_spmm(ctx, p, &dA, dB, dC, alpha, beta, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, C, dC, nc * osz));
+    double err = tu_rel_error(p->out_dtype, C, ref, nc);
+    SJ_ASSERT_OK(sj_vnm_device_free(ctx, &dA));
+    sj_free(ctx, dB);
+    sj_free(ctx, dC);
+    sj_vnm_host_free(&h);
+    free(A); free(P); free(B); free(C0); free(C); free(ref);
+    return err;
+}
+
+static void check_spmm(sj_context *ctx, const sj_problem *p, float alpha, float beta)
+{
+    double err = run_spmm(ctx, p, alpha, beta);
+    sj_kernel_info ki;
+    SJ_ASSERT_OK(sj_last_kernel_info(ctx, &ki));
+    char desc[160];
+    SJ_ASSERT_OK(sj_problem_describe(p, desc, sizeof desc));
+    fprintf(stderr, "# %-48s a=%.2f b=%.2f %-52s rel err %.2e\n", desc, alpha, beta, ki.config, err);
+    if (!(err < tolerance(p->out_dtype)))
+        fail_msg("%s (config %s): relative error %.3e over %.1e", desc, ki.config, err, tolerance(p->out_dtype));
+}
+
+static void test_spmm_matches_fp64(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    /* rows not a multiple of V, K not of M, N not of the tile; shapes rotate over the cases. */
+    const int64_t shapes[][3] = { { 3, 136, 5 }, { 2, 72, 11 }, { 5, 264, 3 } }; /* rows = V*a+b, n, K = M*c+d */
+    const sj_dtype dts[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16 };
+    int i = 0;
+    for (int d = 0; d < 2; d++)
+        for (size_t vi = 0; vi < 4; vi++)
+            for (size_t mi = 0; mi < sizeof MS / sizeof *MS; mi++, i++) {
+                const int64_t *s = shapes[i % 3];
+                int v = VS[vi], m = MS[mi];
+                sj_dtype out = (i % 3 == 0) ? SJ_DTYPE_F32 : (i % 3 == 1 ? dts[d] : dts[1 - d]);
+                sj_problem p = vnm_problem(dts[d], out, v * (s[0] / 2) + s[0] + 1, s[1], m * (8 + s[2]) + s[2], v, m);
+                check_spmm(ctx, &p, i % 2 ? 1.25f : 1.0f, i % 2 ? -0.5f : 0.0f);
+            }
+}
+
+/* Tile configs the defaults do not reach: several V blocks per CTA, 8 warps, BK=128, deep and
+ * shallow rings, 16-wide warps. */
+static void test_spmm_configs(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; const char *cfg; } cases[] = {
+        { 300, 264, 1000, 64, 8, SJ_DTYPE_F16, SJ_DTYPE_F16, "BM=128,BN=128,WM=64,WN=64,STAGES=4,BMAP=0" },
+        { 256, 512, 2048, 128, 16, SJ_DTYPE_BF16, SJ_DTYPE_F32, "BM=256,BN=128,WM=64,WN=64,STAGES=3" },
+        { 256, 256, 1792, 128, 7, SJ_DTYPE_F16, SJ_DTYPE_F16, "BK=128,STAGES=3" },
+        { 200, 200, 900, 32, 5, SJ_DTYPE_F16, SJ_DTYPE_BF16, "BM=128,BN=64,WM=32,WN=32,STAGES=5" },
+        { 96, 512, 4000, 16, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16, "BM=32,BN=64,WM=16,WN=16,STAGES=6" },
+        { 192, 192, 640, 64, 4, SJ_DTYPE_F16, SJ_DTYPE_F32, "BM=64,BN=64,WM=64,WN=16,STAGES=2,BMAP=1" },
+        { 512, 1024, 4096, 64, 8, SJ_DTYPE_F16, SJ_DTYPE_F16, "BM=128,BN=256,WM=64,WN=64,STAGES=3,GROUP_M=64" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = vnm_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v, cases[i].m);
+        SJ_ASSERT_OK(sj_set_config(ctx, &p, cases[i].cfg));
+        check_spmm(ctx, &p, 0.75f, i % 2 ? 0.5f : 0.0f);
+        SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+    }
+}
+
+static void test_compress_device_matches_host(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const struct { sj_dtype dt; int64_t rows, cols; int v, m; } cases[] = {
+        { SJ_DTYPE_F16, 100, 300, 16, 4 }, { SJ_DTYPE_BF16, 70, 1000, 32, 7 }, { SJ_DTYPE_F16, 200, 999, 64, 16 },
+        { SJ_DTYPE_BF16, 300, 777, 128, 100 }, { SJ_DTYPE_F16, 64, 130, 64, 5 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_vnm_layout l;
+        SJ_ASSERT_OK(sj_vnm_layout_init(&l, cases[i].dt, cases[i].v, 2, cases[i].m, cases[i].rows, cases[i].cols));
+        int64_t lda = cases[i].cols + 3;
+        size_t n = (size_t)(cases[i].rows * lda);
+        uint16_t *A = malloc(n * 2), *P = calloc(n, 2);
+        tu_fill16(cases[i].dt, A, n, 1.0f, &rng);
+        for (size_t j = 0; j < n; j += 7) A[j] = 0; /* zero norms and rows: ties and fills */
+        sj_devptr dA;
+        SJ_ASSERT_OK(sj_malloc(ctx, n * 2, &dA));
+        for (int sel = 0; sel < 4; sel++) {
+            /* sel 3: EXACT on the pruned matrix, which has the pattern */
+            sj_vnm_select s = sel == 3 ? SJ_VNM_EXACT : (sj_vnm_select)sel;
+            const uint16_t *src = A;
+            if (sel == 3) {
+                sj_vnm_host hp;
+                SJ_ASSERT_OK(sj_vnm_compress(&l, A, lda, SJ_VNM_PRUNE_L1, &hp));
+                SJ_ASSERT_OK(sj_vnm_decompress(&hp, P, lda));
+                sj_vnm_host_free(&hp);
+                src = P;
+            }
+            SJ_ASSERT_OK(sj_memcpy_htod(ctx, dA, src, n * 2));
+            sj_vnm_device d;
+            if (s == SJ_VNM_EXACT && sel == 0) {
+                /* The dense matrix is not V:N:M: both compressors name the same first violation,
+                   a block or a row ("... has" / "... have"), the host with its count. */
+                assert_int_equal(sj_vnm_check(&l, A, lda), SJ_ERR_PATTERN);
+                char host[512];
+                snprintf(host, sizeof host, "%s", sj_last_error());
+                const char *verb = strstr(host, " ha");
+                assert_non_null(verb);
+                SJ_ASSERT_STATUS(sj_vnm_compress_device(ctx, &l, dA, lda, s, &d, NULL), SJ_ERR_PATTERN, NULL);
+                if (strncmp(sj_last_error(), host, (size_t)(verb - host) + 3))
+                    fail_msg("case %zu: GPU says '%s', host says '%s'", i, sj_last_error(), host);
+                assert_int_equal(d.values, 0);
+                continue;
+            }
+            SJ_ASSERT_OK(sj_vnm_compress_device(ctx, &l, dA, lda, s, &d, NULL));
+            sj_vnm_host want, got;
+            SJ_ASSERT_OK(sj_vnm_compress(&l, src, lda, s, &want));
+            SJ_ASSERT_OK(sj_vnm_download(ctx, &d, &got));
+            if (memcmp(want.values, got.values, l.values_bytes) || memcmp(want.meta, got.meta, l.meta_bytes) ||
+                memcmp(want.index, got.index, l.index_bytes))
+                fail_msg("case %zu select %d: the GPU compressor differs from the host compressor", i, sel);
+            sj_vnm_host_free(&want);
+            sj_vnm_host_free(&got);
+            SJ_ASSERT_OK(sj_vnm_device_free(ctx, &d));
+        }
+        sj_free(ctx, dA);
+        free(A);
+        free(P);
+    }
+}
+
+static void test_upload_download(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, SJ_DTYPE_BF16, 32, 2, 12, 77, 500));
+    uint16_t *A = malloc(77 * 500 * 2);
+    tu_fill16(SJ_DTYPE_BF16, A, 77 * 500, 1.0f, &rng);
+    sj_vnm_host h, back;
+    SJ_ASSERT_OK(sj_vnm_compress(&l, A, 500, SJ_VNM_PRUNE_L2, &h));
+    sj_vnm_device d;
+    SJ_ASSERT_OK(sj_vnm_upload(ctx, &h, &d));
+    SJ_ASSERT_OK(sj_vnm_download(ctx, &d, &back));
+    assert_memory_equal(h.values, back.values, l.values_bytes);
+    assert_memory_equal(h.meta, back.meta, l.meta_bytes);
+    assert_memory_equal(h.index, back.index, l.index_bytes);
+    SJ_ASSERT_OK(sj_vnm_device_free(ctx, &d));
+    sj_vnm_host_free(&h);
+    sj_vnm_host_free(&back);
+    free(A);
+}
+
+int main(void)
+{
+    rng = tu_seed();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_compiles),
+        cmocka_unit_test(test_template_rejects),
+        cmocka_unit_test(test_spmm_arguments),
+        cmocka_unit_test(test_spmm_matches_fp64),
+        cmocka_unit_test(test_spmm_configs),
+        cmocka_unit_test(test_compress_device_matches_host),
+        cmocka_unit_test(test_upload_download),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
