@@ -18,6 +18,7 @@ static const bench_op *op_for(sj_op op)
     case SJ_OP_GEMM: return &bench_op_gemm;
     case SJ_OP_VNM_SPMM: return &bench_op_vnm;
     case SJ_OP_TWELL_GATE: case SJ_OP_TWELL_FFN: return &bench_op_twell;
+    case SJ_OP_VNM_COMPRESS: return NULL; /* a conversion, not a kernel with a cuBLAS counterpart */
     }
     return NULL;
 }
@@ -96,6 +97,10 @@ int cmd_bench(int argc, char **argv)
         setenv("SJ_BENCH_SPARSITY", sparsity, 1);
     }
     const bench_op *op = op_for(p.op);
+    if (!op) {
+        fprintf(stderr, "sparsejit bench: op %s has no benchmark\n", sj_op_name(p.op));
+        return 2;
+    }
     sj_context_options o;
     sj_context_options_init(&o);
     o.require_gpu = 1;

@@ -142,6 +142,7 @@ sj_status gen_template_for_op(sj_op op, const char **name)
     case SJ_OP_VNM_SPMM: *name = "vnm_spmm"; return SJ_OK;
     case SJ_OP_TWELL_GATE: *name = "twell_gate"; return SJ_OK;
     case SJ_OP_TWELL_FFN: *name = "twell_ffn"; return SJ_OK;
+    case SJ_OP_VNM_COMPRESS: *name = "vnm_compress"; return SJ_OK;
     }
     return sj_fail(SJ_ERR_INVALID_ARGUMENT, "no template for op %d", (int)op);
 }

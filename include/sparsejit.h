@@ -125,10 +125,11 @@ typedef enum sj_op {
     SJ_OP_GEMM = 1,       /* C = A.B, dense, row-major */
     SJ_OP_VNM_SPMM = 2,   /* C = alpha * A_vnm . B + beta * C */
     SJ_OP_TWELL_GATE = 3, /* H = relu(X . Wg) written as TwELL */
-    SJ_OP_TWELL_FFN = 4   /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
+    SJ_OP_TWELL_FFN = 4,  /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
+    SJ_OP_VNM_COMPRESS = 5 /* dense A (m x k) -> V:N:M compressed, on the device */
 } sj_op;
 
-const char *sj_op_name(sj_op op); /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn" */
+const char *sj_op_name(sj_op op); /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress" */
 sj_status sj_op_parse(const char *name, sj_op *out);
 
 /* One kernel request: everything that selects a kernel except its tuning config. */

@@ -93,9 +93,19 @@ sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
             goto fail;
         }
         if (ctx->has_gpu && strcmp(ctx->opts.arch, ctx->info.arch)) {
-            st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s' differs from the GPU's %s (%s): kernels could not run",
-                         ctx->opts.arch, ctx->info.arch, ctx->info.name);
-            goto fail;
+            if (ctx->opts.require_gpu) {
+                st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s' differs from the GPU's %s (%s): kernels could not run",
+                             ctx->opts.arch, ctx->info.arch, ctx->info.name);
+                goto fail;
+            }
+            /* Another arch than the GPU's: a compile-only context, as on a machine without one. */
+            snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason,
+                     "compile-only context for %s (the GPU, %s, is %s)", ctx->opts.arch, ctx->info.name, ctx->info.arch);
+            sj_cu.cuDevicePrimaryCtxRelease(ctx->device);
+            ctx->cu_ctx = NULL;
+            ctx->has_gpu = 0;
+            memset(&ctx->info, 0, sizeof ctx->info);
+            snprintf(ctx->info.no_gpu_reason, sizeof ctx->info.no_gpu_reason, "%s", ctx->no_gpu_reason);
         }
         snprintf(ctx->arch, sizeof ctx->arch, "%s", ctx->opts.arch);
     } else {

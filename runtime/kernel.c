@@ -222,7 +222,8 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
             return st;
         }
     }
-    if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS) {
+    /* The compressor is a one-off conversion with a single config: nothing to tune. */
+    if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS && p->op != SJ_OP_VNM_COMPRESS) {
         if ((st = rt_tune_on_miss(ctx, p, config, sizeof config)) != SJ_OK) return st;
         origin = SJ_CONFIG_TUNED;
     }

@@ -16,7 +16,7 @@ void kernel_table_normalize(const sj_problem *p, sj_problem *out)
     out->m = p->m;
     out->n = p->n;
     out->k = p->k;
-    if (p->op == SJ_OP_VNM_SPMM) {
+    if (p->op == SJ_OP_VNM_SPMM || p->op == SJ_OP_VNM_COMPRESS) {
         out->vnm_v = p->vnm_v;
         out->vnm_n = p->vnm_n;
         out->vnm_m = p->vnm_m;

@@ -4,7 +4,6 @@
 #include "error.h"
 #include "runtime.h"
 #include "vnm_format.h"
-#include "generator/nvrtc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,38 +124,16 @@ sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device 
 
 /* The compressor has no sj_op of its own yet, so it runs its template straight through the
  * generator and NVRTC (one compile per call) instead of the cached request path. */
-static sj_status build_compressor(sj_context *ctx, const sj_vnm_layout *l, CUmodule *mod, CUfunction *fn,
-                                  sj_generated **gen)
+/* The compressor is a kernel like any other: table, cache, or template + NVRTC. */
+static sj_status compressor_for(sj_context *ctx, const sj_vnm_layout *l, const loaded_kernel **out)
 {
-    gen_state *g;
-    sj_status st = rt_generator(ctx, &g);
-    if (st != SJ_OK) return st;
     sj_problem p;
-    sj_problem_init(&p, SJ_OP_VNM_SPMM, l->dtype, l->rows, 8, l->cols);
+    sj_problem_init(&p, SJ_OP_VNM_COMPRESS, l->dtype, l->rows, 1, l->cols);
     p.vnm_v = l->v;
     p.vnm_n = l->n;
     p.vnm_m = l->m;
-    double t0 = rt_seconds();
-    if ((st = gen_generate(g, "vnm_compress", &p, NULL, gen)) != SJ_OK) return st;
-    ctx->stats.lua_generations++;
-    ctx->stats.lua_seconds += rt_seconds() - t0;
-    void *cubin = NULL;
-    size_t size = 0;
-    char *log = NULL;
-    double secs = 0;
-    st = nvrtc_compile((*gen)->source, (*gen)->entry, ctx->arch, &cubin, &size, &log, &secs);
-    ctx->stats.nvrtc_compiles++;
-    ctx->stats.nvrtc_seconds += secs;
-    free(log);
-    if (st != SJ_OK) return sj_fail_context(st, "compiling the V:N:M compressor");
-    CUresult r = sj_cu.cuModuleLoadData(mod, cubin);
-    free(cubin);
-    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuModuleLoadData (V:N:M compressor)");
-    if ((r = sj_cu.cuModuleGetFunction(fn, *mod, (*gen)->entry)) != CUDA_SUCCESS) {
-        sj_cu.cuModuleUnload(*mod);
-        return sj_cuda_fail(r, "cuModuleGetFunction (V:N:M compressor)");
-    }
-    return SJ_OK;
+    sj_status st = rt_kernel_for(ctx, &p, out);
+    return st == SJ_OK ? st : sj_fail_context(st, "the V:N:M compressor kernel");
 }
 
 /* The message of the first violation the kernel found (its key: see templates/vnm_compress.lua). */
@@ -193,13 +170,8 @@ sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_dev
     if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
         return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: select = %d is not an sj_vnm_select", (int)select);
     if ((st = rt_require_gpu(ctx, "compressing on the device")) != SJ_OK) return st;
-    CUmodule mod;
-    CUfunction fn;
-    sj_generated *gen = NULL;
-    if ((st = build_compressor(ctx, l, &mod, &fn, &gen)) != SJ_OK) {
-        sj_generated_free(gen);
-        return st;
-    }
+    const loaded_kernel *k;
+    if ((st = compressor_for(ctx, l, &k)) != SJ_OK) return st;
     sj_devptr err_word = 0;
     unsigned long long key = ~0ull;
     CUresult r = CUDA_SUCCESS;
@@ -209,11 +181,8 @@ sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_dev
     long long ld = (long long)lda;
     int sel = (int)select;
     void *args[] = { &A, &ld, &sel, &out->values, &out->meta, &out->index, &err_word };
-    r = sj_cu.cuLaunchKernel(fn, gen->grid[0], gen->grid[1], gen->grid[2], gen->block[0], gen->block[1],
-                                      gen->block[2], gen->shared_bytes, (CUstream)stream, args, NULL);
-    if (r != CUDA_SUCCESS) { st = sj_cuda_fail(r, "cuLaunchKernel (V:N:M compressor)"); goto done; }
-    ctx->stats.launches++;
-    /* The module goes away with this call, so the kernel must be done first. */
+    if ((st = rt_launch(ctx, k, args, stream)) != SJ_OK) goto done;
+    /* The violation word is read back, so the kernel must be done first. */
     if ((r = sj_cu.cuStreamSynchronize((CUstream)stream)) != CUDA_SUCCESS) {
         st = sj_cuda_fail(r, "cuStreamSynchronize (V:N:M compressor)");
         goto done;
@@ -225,8 +194,6 @@ done:
         sj_status s2 = sj_free(ctx, err_word);
         if (st == SJ_OK) st = s2;
     }
-    if ((r = sj_cu.cuModuleUnload(mod)) != CUDA_SUCCESS && st == SJ_OK)
-        st = sj_cuda_fail(r, "cuModuleUnload (V:N:M compressor)");
     /* On failure the message is already set; freeing out must not replace it. */
     if (st != SJ_OK) {
         char keep[2048];
@@ -234,6 +201,5 @@ done:
         sj_vnm_device_free(ctx, out);
         sj_fail(st, "%s", keep);
     }
-    sj_generated_free(gen);
     return st;
 }

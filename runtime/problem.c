@@ -45,6 +45,7 @@ const char *sj_op_name(sj_op op)
     case SJ_OP_VNM_SPMM: return "vnm-spmm";
     case SJ_OP_TWELL_GATE: return "twell-gate";
     case SJ_OP_TWELL_FFN: return "twell-ffn";
+    case SJ_OP_VNM_COMPRESS: return "vnm-compress";
     }
     return NULL;
 }
@@ -52,11 +53,11 @@ const char *sj_op_name(sj_op op)
 sj_status sj_op_parse(const char *name, sj_op *out)
 {
     if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_op_parse: out is NULL");
-    const sj_op ops[] = { SJ_OP_GEMM, SJ_OP_VNM_SPMM, SJ_OP_TWELL_GATE, SJ_OP_TWELL_FFN };
+    const sj_op ops[] = { SJ_OP_GEMM, SJ_OP_VNM_SPMM, SJ_OP_TWELL_GATE, SJ_OP_TWELL_FFN, SJ_OP_VNM_COMPRESS };
     for (size_t i = 0; name && i < sizeof ops / sizeof *ops; i++)
         if (!strcmp(name, sj_op_name(ops[i]))) { *out = ops[i]; return SJ_OK; }
     return sj_fail(SJ_ERR_INVALID_ARGUMENT,
-                   "unknown op '%s'; expected gemm, vnm-spmm, twell-gate or twell-ffn", name ? name : "(null)");
+                   "unknown op '%s'; expected gemm, vnm-spmm, twell-gate, twell-ffn or vnm-compress", name ? name : "(null)");
 }
 
 void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k)
@@ -90,7 +91,7 @@ sj_status sj_problem_validate(const sj_problem *p)
             return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld exceeds the limit %lld", dims[i].name,
                            (long long)dims[i].v, (long long)SJ_MAX_DIM);
     }
-    if (p->op == SJ_OP_VNM_SPMM) {
+    if (p->op == SJ_OP_VNM_SPMM || p->op == SJ_OP_VNM_COMPRESS) {
         if (p->vnm_v != 16 && p->vnm_v != 32 && p->vnm_v != 64 && p->vnm_v != 128)
             return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_v = %d: V must be 16, 32, 64 or 128", p->vnm_v);
         if (p->vnm_n != 2)
@@ -113,6 +114,7 @@ void rt_sparsity_text(const sj_problem *p, char *buf, size_t len)
 {
     switch (p->op) {
     case SJ_OP_VNM_SPMM:
+    case SJ_OP_VNM_COMPRESS:
         snprintf(buf, len, "V=%d,NS=%d,MS=%d", p->vnm_v, p->vnm_n, p->vnm_m);
         break;
     case SJ_OP_TWELL_GATE:

@@ -382,5 +382,5 @@ int main(void)
         cmocka_unit_test(test_decompress_rejects_corruption),
         cmocka_unit_test(test_fragment_emulation),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_TESTS(tests, NULL, NULL);
 }

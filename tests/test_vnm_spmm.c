@@ -398,5 +398,5 @@ int main(void)
         cmocka_unit_test(test_compress_device_matches_host),
         cmocka_unit_test(test_upload_download),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_TESTS(tests, NULL, NULL);
 }
