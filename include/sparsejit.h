@@ -389,8 +389,10 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
 /* @@TUNER_API@@ */
 
 /* Search strategies. EXHAUSTIVE measures every valid config of the template's space; RANDOM
- * measures a seeded random sample and then searches the neighbourhood of the best ones (one
- * parameter moved to its adjacent value), within a budget of trials and/or seconds. */
+ * measures a seeded random sample, then batches picked by a model fitted to the measurements so
+ * far (an additive model of log time over the parameter values, refitted on a bootstrap resample
+ * for each batch; half of each batch near the best config so far), within a budget of trials
+ * and/or seconds. */
 typedef enum sj_tune_strategy {
     SJ_TUNE_EXHAUSTIVE = 0,
     SJ_TUNE_RANDOM = 1
@@ -419,7 +421,7 @@ typedef int (*sj_tune_progress_fn)(void *user, const sj_tune_progress *progress)
 typedef struct sj_tune_options {
     sj_tune_strategy strategy;
     int budget_trials;       /* RANDOM: candidates to measure (0: a quarter of the valid space,
-                                16..64); EXHAUSTIVE: 0 = all, else the first N in stable order */
+                                16..128); EXHAUSTIVE: 0 = all, else the first N in stable order */
     double budget_seconds;   /* stop starting new candidates after this many seconds (0: no limit) */
     uint64_t seed;           /* RANDOM: the same seed samples the same candidates */
     double warmup_ms;        /* warm-up budget per candidate (default 25) */
@@ -464,7 +466,7 @@ void sj_tune_result_free(sj_tune_result *result);
 
 /* Tunes the kernel of problem on the context's GPU: enumerates the template's valid configs,
  * compiles them on several threads while the GPU measures the compiled ones, rejects those that
- * disagree with an independent reference kernel, and picks the fastest (ties within 1% go to the
+ * disagree with an independent reference kernel, and picks the fastest (ties within 0.5% go to the
  * first in the template's stable order). The trials and the winner are stored in the cache in one
  * transaction, and later op calls on any context with this cache use the winner. A context
  * without a cache stores nothing (result->saved = 0): apply the winner with sj_set_config.

@@ -1,0 +1,234 @@
+/* test_lua_script.c: `sparsejit run script.lua` on the CPU, through the built CLI: info() and
+ * write_csv work without a GPU (the CSV is compared byte for byte), a GPU call without a GPU
+ * raises a clear Lua error at the script's line, syntax and runtime errors name file:line,
+ * arguments reach the script, bad arguments raise sparsejit messages, vnm_layout agrees with
+ * the C API, and the shipped examples parse and refuse cleanly without a GPU. The GPU is hidden
+ * (CUDA_VISIBLE_DEVICES="") so the test means the same on a GPU machine. The CLI is the build's
+ * (SJ_BINARY_DIR) unless $SPARSEJIT_CLI names another. */
+#include "test_util.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    fclose(f);
+    return buf;
+}
+
+typedef struct run_result { int rc; char *out, *err; } run_result;
+
+/* Writes text to dir/name and runs `sparsejit run` on it with args, the GPU hidden. */
+static run_result run_script(const char *name, const char *text, const char *args)
+{
+    char path[512], cmd[2048], out[512], err[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (text) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        assert_int_equal(fclose(f), 0);
+    } else {
+        snprintf(path, sizeof path, "%s", name); /* an existing file */
+    }
+    snprintf(out, sizeof out, "%s/stdout", dir);
+    snprintf(err, sizeof err, "%s/stderr", dir);
+    const char *cli = getenv("SPARSEJIT_CLI") ? getenv("SPARSEJIT_CLI") : SJ_BINARY_DIR "/sparsejit";
+    if (access(cli, X_OK) != 0) fail_msg("the CLI %s is not built ($SPARSEJIT_CLI names another)", cli);
+    snprintf(cmd, sizeof cmd, "cd '%s' && CUDA_VISIBLE_DEVICES= SPARSEJIT_CACHE='%s/kernels.db' '%s' run '%s' %s >'%s' 2>'%s'",
+             dir, dir, cli, path, args ? args : "", out, err);
+    int status = system(cmd);
+    run_result r = { WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err) };
+    return r;
+}
+
+static void done(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static void assert_contains(const char *text, const char *needle)
+{
+    if (!strstr(text, needle)) fail_msg("expected '%s' in:\n%s", needle, text);
+}
+
+static void test_info_and_csv_without_gpu(void **state)
+{
+    run_result r = run_script("csv.lua",
+        "local i = sparsejit.info()\n"
+        "print('has_gpu=' .. tostring(i.has_gpu), 'arch=' .. i.arch, 'version=' .. sparsejit.version)\n"
+        "assert(#i.no_gpu_reason > 0 and i.nvrtc_version >= 12000)\n"
+        "local rows = {\n"
+        "  { name = 'plain', us = 12.5, n = 3, ok = true },\n"
+        "  { name = 'with,comma', us = 0.25, n = -7 },\n"
+        "  { name = 'say \"hi\"', extra = 'x' },\n"
+        "  { name = ' padded ', ok = false },\n"
+        "}\n"
+        "assert(sparsejit.write_csv('auto.csv', rows) == 4)\n"
+        "assert(sparsejit.write_csv('cols.csv', rows, { 'n', 'name' }) == 4)\n",
+        NULL);
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    assert_contains(r.out, "has_gpu=false");
+    assert_contains(r.out, "arch=sm_90a");
+    char path[512];
+    snprintf(path, sizeof path, "%s/auto.csv", dir);
+    char *csv = slurp(path);
+    assert_string_equal(csv, "extra,n,name,ok,us\n"
+                             ",3,plain,true,12.5\n"
+                             ",-7,\"with,comma\",,0.25\n"
+                             "x,,\"say \"\"hi\"\"\",,\n"
+                             ",,\" padded \",false,\n");
+    free(csv);
+    snprintf(path, sizeof path, "%s/cols.csv", dir);
+    csv = slurp(path);
+    assert_string_equal(csv, "n,name\n3,plain\n-7,\"with,comma\"\n,\"say \"\"hi\"\"\"\n,\" padded \"\n");
+    free(csv);
+    done(&r);
+}
+
+static void test_gpu_call_without_gpu_raises(void **state)
+{
+    run_result r = run_script("gpu.lua",
+        "local ok, err = pcall(sparsejit.bench, { op = 'gemm', shape = { 64, 64, 64 } })\n"
+        "print('pcall', ok, err)\n"
+        "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
+        "print('not reached')\n",
+        NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.out, "pcall\tfalse\tsparsejit.bench: benchmarking needs a GPU");
+    assert_contains(r.err, "gpu.lua:3: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.err, "stack traceback");
+    assert_null(strstr(r.out, "not reached"));
+    done(&r);
+}
+
+static void test_errors_name_file_and_line(void **state)
+{
+    run_result r = run_script("syntax.lua", "local a = 1\nlocal b = 2\nlocal c = = 3\n", NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "syntax.lua:3:");
+    done(&r);
+    r = run_script("boom.lua", "local function f()\n  error('boom')\nend\nf()\n", NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "boom.lua:2: boom");
+    assert_contains(r.err, "boom.lua:4:");
+    done(&r);
+    r = run_script("/nonexistent/none.lua", NULL, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "cannot open");
+    done(&r);
+}
+
+static void test_arguments_and_require(void **state)
+{
+    run_result r = run_script("args.lua",
+        "local sj = require 'sparsejit'\n"
+        "assert(sj == sparsejit and type(sj.tune) == 'function')\n"
+        "local a, b = ...\n"
+        "print(select('#', ...), a, b, arg[1], arg[2], arg[0]:match('args.lua$'))\n",
+        "one 'two words'");
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    assert_contains(r.out, "2\tone\ttwo words\tone\ttwo words\targs.lua");
+    done(&r);
+}
+
+static void test_bad_arguments_raise_sparsejit_messages(void **state)
+{
+    run_result r = run_script("bad.lua",
+        "local function err(f, t) local ok, e = pcall(f, t); assert(not ok); print(e) end\n"
+        "err(sparsejit.tune, { op = 'nope', shape = { 1, 1, 1 } })\n"
+        "err(sparsejit.tune, { op = 'gemm', shape = { 0, 8, 8 } })\n"
+        "err(sparsejit.tune, { op = 'gemm', shape = { 8, 8, 8 }, strategy = 'genetic' })\n"
+        "err(sparsejit.bench, { op = 'vnm-spmm', shape = { 64, 64, 64 }, vnm = '64-2-8' })\n"
+        "err(sparsejit.vnm_layout, { vnm = '64:3:8', rows = 64, cols = 64 })\n"
+        "err(function() return sparsejit.write_csv('/nonexistent/x.csv', { { a = 1 } }) end)\n"
+        "err(function() return sparsejit.write_csv('t.csv', { { a = {} } }) end)\n"
+        "sparsejit.info()\n"
+        "err(function() return sparsejit.configure{ cache = 'x.db' } end)\n",
+        NULL);
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    assert_contains(r.out, "sparsejit.tune: unknown op 'nope'");
+    assert_contains(r.out, "sparsejit.tune: problem.m = 0");
+    assert_contains(r.out, "strategy 'genetic': expected exhaustive or random");
+    assert_contains(r.out, "vnm '64-2-8': expected \"V:N:M\"");
+    assert_contains(r.out, "sparsejit.vnm_layout: V:N:M N = 3");
+    assert_contains(r.out, "cannot open '/nonexistent/x.csv'");
+    assert_contains(r.out, "row 1, column 'a': a table cannot be written");
+    assert_contains(r.out, "call it before any other sparsejit function");
+    done(&r);
+}
+
+static void test_vnm_layout_matches_c_api(void **state)
+{
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, SJ_DTYPE_BF16, 128, 2, 16, 1000, 4100));
+    char script[512], expect[256];
+    snprintf(script, sizeof script,
+             "local l = sparsejit.vnm_layout{ vnm = '128:2:16', rows = 1000, cols = 4100, dtype = 'bf16' }\n"
+             "print(l.values_bytes, l.meta_bytes, l.index_bytes, l.row_blocks, l.groups, l.k_tiles, l.density)\n");
+    run_result r = run_script("layout.lua", script, NULL);
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    snprintf(expect, sizeof expect, "%zu\t%zu\t%zu\t%lld\t%lld\t%lld\t0.125", l.values_bytes, l.meta_bytes, l.index_bytes,
+             (long long)l.row_blocks, (long long)l.groups, (long long)l.k_tiles);
+    assert_contains(r.out, expect);
+    done(&r);
+}
+
+static void test_examples_parse_and_need_a_gpu(void **state)
+{
+    const char *examples[] = { "vnm_sparsity_sweep.lua", "ffn_shape_sweep.lua" };
+    for (size_t i = 0; i < sizeof examples / sizeof *examples; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/examples/%s", tu_source_dir(), examples[i]);
+        lua_State *L = luaL_newstate();
+        assert_non_null(L);
+        if (luaL_loadfilex(L, path, "t") != LUA_OK) fail_msg("%s does not parse: %s", path, lua_tostring(L, -1));
+        lua_close(L);
+        run_result r = run_script(path, NULL, NULL);
+        assert_int_equal(r.rc, 1);
+        assert_contains(r.err, "this sweep needs a GPU");
+        done(&r);
+        r = run_script(path, NULL, "nosuchkey=1");
+        assert_int_equal(r.rc, 1);
+        assert_contains(r.err, "unknown argument 'nosuchkey=1'");
+        done(&r);
+    }
+}
+
+int main(void)
+{
+    const char *d = tu_tempdir();
+    if (!d) {
+        fprintf(stderr, "cannot create a temporary directory\n");
+        return 1;
+    }
+    snprintf(dir, sizeof dir, "%s", d);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_info_and_csv_without_gpu),
+        cmocka_unit_test(test_gpu_call_without_gpu_raises),
+        cmocka_unit_test(test_errors_name_file_and_line),
+        cmocka_unit_test(test_arguments_and_require),
+        cmocka_unit_test(test_bad_arguments_raise_sparsejit_messages),
+        cmocka_unit_test(test_vnm_layout_matches_c_api),
+        cmocka_unit_test(test_examples_parse_and_need_a_gpu),
+    };
+    return TU_RUN_TESTS(tests, NULL, NULL);
+}

@@ -1,0 +1,320 @@
+/* harness.c: the parts of the tuner's per-op harness that every op shares: choosing the op's
+ * harness, loading a candidate cubin outside the context's table, the NaN-poisoned correctness
+ * gate against the reference, the reference GEMM kernel itself, and seeded 16-bit inputs. */
+#include "harness.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+#include "generator/nvrtc.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+sj_status harness_for(const sj_problem *p, const harness_ops **out)
+{
+    switch (p->op) {
+    case SJ_OP_GEMM: *out = &harness_gemm; return SJ_OK;
+    case SJ_OP_VNM_SPMM: *out = &harness_vnm; return SJ_OK;
+    case SJ_OP_TWELL_GATE: *out = &harness_twell_gate; return SJ_OK;
+    case SJ_OP_TWELL_FFN: *out = &harness_twell_ffn; return SJ_OK;
+    default: break; /* e.g. the V:N:M compressor: a format conversion, not a tuned op */
+    }
+    return sj_fail(SJ_ERR_INVALID_ARGUMENT, "the tuner has no harness for op %d", (int)p->op);
+}
+
+sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h)
+{
+    memset(h, 0, sizeof *h);
+    sj_status st = harness_for(p, &h->ops);
+    if (st != SJ_OK) return st;
+    h->ctx = ctx;
+    h->problem = *p;
+    if ((st = h->ops->setup(h, seed)) != SJ_OK) {
+        harness_close(h);
+        return st;
+    }
+    if (with_reference) {
+        if ((st = h->ops->reference(h)) != SJ_OK) {
+            harness_close(h);
+            return sj_fail_context(st, "computing the reference output");
+        }
+        double s = 0;
+        for (size_t i = 0; i < h->out_count; i++) s += h->reference[i] * h->reference[i];
+        h->ref_norm = sqrt(s);
+        if (!(h->ref_norm > 0) || !isfinite(h->ref_norm)) {
+            harness_close(h);
+            return sj_fail(SJ_ERR_VERIFY, "the reference output has norm %g: the gate would pass anything", h->ref_norm);
+        }
+    }
+    return SJ_OK;
+}
+
+void harness_close(harness *h)
+{
+    if (h->ops && h->ops->teardown) h->ops->teardown(h);
+    free(h->reference);
+    memset(h, 0, sizeof *h);
+}
+
+double harness_tolerance(const sj_problem *p)
+{
+    return p->dtype == SJ_DTYPE_BF16 || p->out_dtype == SJ_DTYPE_BF16 ? 1e-2 : 5e-3;
+}
+
+/* ------------------------------------------------------------------ loading candidates */
+
+sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, const char *entry, const char *config,
+                       const char *template_name, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared_bytes, loaded_kernel *out)
+{
+    memset(out, 0, sizeof *out);
+    kernel_table_normalize(p, &out->problem);
+    snprintf(out->config, sizeof out->config, "%s", config);
+    snprintf(out->template_name, sizeof out->template_name, "%s", template_name);
+    memcpy(out->grid, grid, sizeof out->grid);
+    memcpy(out->block, block, sizeof out->block);
+    out->shared_bytes = shared_bytes;
+    out->source = SJ_FROM_COMPILE;
+    out->origin = SJ_CONFIG_EXPLICIT;
+    if (shared_bytes > ctx->info.max_shared_per_block_optin)
+        return sj_fail(SJ_ERR_UNSUPPORTED, "config %s needs %u bytes of shared memory; %s allows %zu", config,
+                       shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
+    CUresult r = sj_cu.cuModuleLoadData(&out->module, cubin);
+    if (r != CUDA_SUCCESS) {
+        out->module = NULL;
+        return sj_cuda_fail(r, "cuModuleLoadData");
+    }
+    sj_status st = SJ_OK;
+    if ((r = sj_cu.cuModuleGetFunction(&out->function, out->module, entry)) != CUDA_SUCCESS)
+        st = sj_cuda_fail(r, "cuModuleGetFunction");
+    else if (shared_bytes > 48 * 1024 &&
+             (r = sj_cu.cuFuncSetAttribute(out->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           (int)shared_bytes)) != CUDA_SUCCESS)
+        st = sj_cuda_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    if (st != SJ_OK) harness_unload(out);
+    return st;
+}
+
+void harness_unload(loaded_kernel *k)
+{
+    if (k->module) sj_cu.cuModuleUnload(k->module);
+    k->module = NULL;
+    k->function = NULL;
+}
+
+/* ------------------------------------------------------------------ the gate */
+
+/* 16-bit -> float for every bit pattern of f16 and bf16, built once: the gate reads millions of
+ * outputs per candidate. */
+static float lut_f16[65536], lut_bf16[65536];
+static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
+
+static void build_luts(void)
+{
+    for (uint32_t i = 0; i < 65536; i++) {
+        lut_f16[i] = (float)harness_16_to_f64(SJ_DTYPE_F16, (uint16_t)i);
+        lut_bf16[i] = (float)harness_16_to_f64(SJ_DTYPE_BF16, (uint16_t)i);
+    }
+}
+
+/* sum over i of (out[i] - ref[i])^2; NaN when an output is NaN (the poison was not overwritten). */
+static double squared_error(sj_dtype dt, const void *out, const float *ref, size_t n)
+{
+    double sum = 0;
+    if (dt == SJ_DTYPE_F32) {
+        const float *o = out;
+        for (size_t i = 0; i < n; i++) {
+            double d = (double)o[i] - ref[i];
+            sum += d * d;
+        }
+        return sum;
+    }
+    pthread_once(&lut_once, build_luts);
+    const float *lut = dt == SJ_DTYPE_BF16 ? lut_bf16 : lut_f16;
+    const uint16_t *o = out;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)lut[o[i]] - ref[i];
+        sum += d * d;
+    }
+    return sum;
+}
+
+sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, int *sticky)
+{
+    *rel_error = INFINITY;
+    *sticky = 0;
+    size_t bytes = h->out_count * sj_dtype_size(h->out_dtype);
+    sj_status st;
+    if (h->ops->poison) {
+        if ((st = h->ops->poison(h)) != SJ_OK) return st;
+    } else {
+        /* 0xFF bytes are NaN in f16, bf16 and f32: an element the kernel does not write fails. */
+        SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)h->out, 0xFF, bytes), "poisoning the output (cuMemsetD8)");
+    }
+    st = h->ops->launch(h, k, NULL);
+    CUresult r = sj_cu.cuCtxSynchronize();
+    if (r != CUDA_SUCCESS) {
+        /* An error surfacing at synchronize (illegal address, ...) leaves the context unusable. */
+        *sticky = 1;
+        return sj_cuda_fail(r, "running the candidate once (the CUDA context is lost)");
+    }
+    if (st != SJ_OK) return st;
+    void *host = malloc(bytes);
+    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "gate: out of memory for %zu bytes", bytes);
+    if (h->ops->read) {
+        st = h->ops->read(h, host);
+        if (st == SJ_ERR_VERIFY) { /* malformed output: the candidate is wrong, not the run */
+            free(host);
+            return SJ_OK;
+        }
+        if (st != SJ_OK) {
+            free(host);
+            return st;
+        }
+    } else if ((r = sj_cu.cuMemcpyDtoH(host, (CUdeviceptr)h->out, bytes)) != CUDA_SUCCESS) {
+        free(host);
+        return sj_cuda_fail(r, "reading the candidate's output");
+    }
+    double num = squared_error(h->out_dtype, host, h->reference, h->out_count);
+    free(host);
+    *rel_error = isfinite(num) ? sqrt(num) / h->ref_norm : INFINITY;
+    return SJ_OK;
+}
+
+/* ------------------------------------------------------------------ the reference GEMM */
+
+static sj_status reference_kernel(sj_context *ctx, const sj_problem *p, loaded_kernel *out)
+{
+    const char *tname = "gemm_reference";
+    gen_state *g;
+    sj_status st = rt_generator(ctx, &g);
+    if (st != SJ_OK) return st;
+    cache_key key;
+    if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
+    snprintf(key.template_name, sizeof key.template_name, "%s", tname);
+    if ((st = gen_template_hash(g, tname, key.template_hash)) != SJ_OK) return st;
+    char config[256];
+    if ((st = gen_default_config(g, tname, p, config, sizeof config)) != SJ_OK) return st;
+    cache_kernel ck;
+    memset(&ck, 0, sizeof ck);
+    if (ctx->cache && cache_get_kernel(ctx->cache, &key, config, &ck) == SJ_OK) {
+        ctx->stats.cache_hits++;
+    } else {
+        sj_generated *gen = NULL;
+        double t0 = rt_seconds();
+        if ((st = gen_generate(g, tname, p, config, &gen)) != SJ_OK) return st;
+        ctx->stats.lua_generations++;
+        ctx->stats.lua_seconds += rt_seconds() - t0;
+        snprintf(ck.config, sizeof ck.config, "%s", gen->config);
+        snprintf(ck.entry, sizeof ck.entry, "%s", gen->entry);
+        memcpy(ck.grid, gen->grid, sizeof ck.grid);
+        memcpy(ck.block, gen->block, sizeof ck.block);
+        ck.shared_bytes = gen->shared_bytes;
+        char *log = NULL;
+        st = nvrtc_compile(gen->source, gen->entry, ctx->arch, &ck.cubin, &ck.cubin_size, &log, &ck.compile_seconds);
+        ctx->stats.nvrtc_compiles++;
+        ctx->stats.nvrtc_seconds += ck.compile_seconds;
+        free(log);
+        sj_generated_free(gen);
+        if (st != SJ_OK) return sj_fail_context(st, "compiling the reference kernel");
+        /* Only saves a compile next time: a cache that cannot store it is not an error. */
+        if (ctx->cache && cache_put_kernel(ctx->cache, &key, &ck) != SJ_OK)
+            fprintf(stderr, "sparsejit: warning: could not store the reference kernel: %s\n", sj_last_error());
+    }
+    st = harness_load(ctx, p, ck.cubin, ck.entry, ck.config, tname, ck.grid, ck.block, ck.shared_bytes, out);
+    free(ck.cubin);
+    return st;
+}
+
+sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, sj_devptr B, int64_t m, int64_t n,
+                                 int64_t k, float *ref)
+{
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, dtype, m, n, k);
+    p.out_dtype = SJ_DTYPE_F32;
+    loaded_kernel rk;
+    sj_status st = reference_kernel(ctx, &p, &rk);
+    if (st != SJ_OK) return st;
+    size_t count = (size_t)(m * n);
+    sj_devptr C = 0;
+    if ((st = sj_malloc(ctx, count * sizeof(float), &C)) == SJ_OK &&
+        (st = sj_memset_u8(ctx, C, 0xFF, count * sizeof(float))) == SJ_OK) {
+        int mi = (int)m, ni = (int)n, ki = (int)k;
+        void *args[] = { &A, &B, &C, &mi, &ni, &ki };
+        if ((st = rt_launch(ctx, &rk, args, NULL)) == SJ_OK && (st = sj_synchronize(ctx)) == SJ_OK &&
+            (st = sj_memcpy_dtoh(ctx, ref, C, count * sizeof(float))) == SJ_OK) {
+            for (size_t i = 0; i < count; i++)
+                if (!isfinite(ref[i])) {
+                    st = sj_fail(SJ_ERR_VERIFY, "the reference kernel left element %zu unwritten or not finite", i);
+                    break;
+                }
+        }
+    }
+    if (C) sj_free(ctx, C);
+    harness_unload(&rk);
+    return st;
+}
+
+/* ------------------------------------------------------------------ 16-bit host values */
+
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+uint16_t harness_f32_to_16(sj_dtype dt, float f)
+{
+    uint32_t u = f32_bits(f);
+    if (dt == SJ_DTYPE_BF16) {
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+        u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+        return (uint16_t)(u >> 16);
+    }
+    /* f16, round to nearest even; the inputs here are finite and small, subnormals handled. */
+    uint32_t sign = (u >> 16) & 0x8000u;
+    int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = u & 0x7fffffu;
+    if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        mant |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)exp << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) half++;
+    return (uint16_t)half;
+}
+
+double harness_16_to_f64(sj_dtype dt, uint16_t h)
+{
+    if (dt == SJ_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0) v = ldexp((double)mant, -24);
+    else if (exp == 31) v = mant ? NAN : INFINITY;
+    else v = ldexp((double)(mant | 0x400), exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+void harness_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        /* xorshift64*: 53 random bits -> [-1, 1); zero values are possible but never all. */
+        uint64_t s = *state;
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        *state = s;
+        double u = (double)((s * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+        x[i] = harness_f32_to_16(dt, (float)(u * scale));
+    }
+}

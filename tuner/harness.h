@@ -1,0 +1,81 @@
+/* harness.h: what the tuner needs from each op to try a candidate kernel: random inputs for the
+ * problem on the device, one launch of a *given* loaded kernel with the op's ABI, the output it
+ * writes, and a reference output from an independent kernel (templates/gemm_reference.lua).
+ * One harness_ops per op, in tuner/harness_<op>.c; harness.c holds what they share. */
+#ifndef SJ_TUNER_HARNESS_H
+#define SJ_TUNER_HARNESS_H
+
+#include <stdint.h>
+#include "sparsejit.h"
+#include "runtime/kernel_table.h"
+
+typedef struct harness harness;
+
+typedef struct harness_ops {
+    sj_op op;
+    /* Allocates random inputs (seeded, never zeros) and the output; sets h->out, h->out_count,
+     * h->out_dtype and h->state. */
+    sj_status (*setup)(harness *h, uint64_t seed);
+    /* Launches k once on stream (asynchronous), writing h->out. */
+    sj_status (*launch)(harness *h, const loaded_kernel *k, void *stream);
+    /* Computes h->reference (h->out_count values) with the reference kernel. */
+    sj_status (*reference)(harness *h);
+    /* Useful FLOPs of one launch (sparse ops count the kept non-zeros only). */
+    double (*flops)(const sj_problem *p);
+    void (*teardown)(harness *h);
+    /* Optional, for an output that is not one dense buffer (TwELL): poison fills it with an
+     * invalid pattern; read copies it to host as out_count dense values of out_dtype, and
+     * returns SJ_ERR_VERIFY when the output is malformed. NULL: h->out is poisoned with 0xFF
+     * bytes and copied as is. */
+    sj_status (*poison)(harness *h);
+    sj_status (*read)(harness *h, void *host);
+} harness_ops;
+
+struct harness {
+    const harness_ops *ops;
+    sj_context *ctx;
+    sj_problem problem;
+    sj_devptr out;           /* what a candidate writes */
+    size_t out_count;        /* elements */
+    sj_dtype out_dtype;
+    float *reference;        /* host, out_count values (the fp32 reference), NULL until computed */
+    double ref_norm;         /* ||reference||, > 0 on random inputs */
+    void *state;             /* the op's own */
+};
+
+extern const harness_ops harness_gemm;   /* harness_gemm.c */
+extern const harness_ops harness_vnm;    /* harness_vnm.c */
+extern const harness_ops harness_twell_gate, harness_twell_ffn; /* harness_twell.c */
+
+/* The harness of p's op; SJ_ERR_UNSUPPORTED (naming the op) when the tuner has none yet. */
+sj_status harness_for(const sj_problem *p, const harness_ops **out);
+/* setup + reference; on failure everything is released. */
+sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h);
+void harness_close(harness *h);
+
+/* Correctness gate: poisons the output with NaN bytes, launches k once, waits, and computes
+ * ||out - ref|| / ||ref|| (+inf when an element is NaN/Inf, i.e. never written). A failed
+ * launch is returned as SJ_ERR_CUDA; *sticky is set when the CUDA context is lost with it. */
+sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, int *sticky);
+/* Tolerance of the gate for a problem's dtypes: 1e-2 when bf16 is involved, else 5e-3. */
+double harness_tolerance(const sj_problem *p);
+
+/* Loads a cubin into a kernel the caller owns (not the context's table): the tuner loads and
+ * drops hundreds of candidates. */
+sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, const char *entry, const char *config,
+                       const char *template_name, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared_bytes, loaded_kernel *out);
+void harness_unload(loaded_kernel *k);
+
+/* Runs C = A.B through templates/gemm_reference.lua (fp32 output) for dtype inputs on the
+ * device and copies the result into ref (m*n floats). The reference cubin goes through the
+ * cache like any kernel, keyed under its own template name. */
+sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, sj_devptr B, int64_t m, int64_t n,
+                                 int64_t k, float *ref);
+
+/* Random 16-bit values of dtype in [-scale, scale), never all zero, from a seeded generator. */
+void harness_fill16(sj_dtype dtype, uint16_t *x, size_t n, float scale, uint64_t *state);
+uint16_t harness_f32_to_16(sj_dtype dtype, float f);
+double harness_16_to_f64(sj_dtype dtype, uint16_t h);
+
+#endif

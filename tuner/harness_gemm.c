@@ -1,0 +1,82 @@
+/* harness_gemm.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
+ * device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K), and the reference
+ * from templates/gemm_reference.lua over the same inputs. */
+#include "harness.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gemm_state {
+    sj_devptr A, B, C;
+} gemm_state;
+
+static void gemm_teardown(harness *h)
+{
+    gemm_state *s = h->state;
+    if (!s) return;
+    sj_free(h->ctx, s->A);
+    sj_free(h->ctx, s->B);
+    sj_free(h->ctx, s->C);
+    free(s);
+    h->state = NULL;
+}
+
+/* Uploads n random values of dtype into a new device buffer. */
+static sj_status random_device16(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
+{
+    uint16_t *host = malloc(n * sizeof *host);
+    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %zu inputs", n);
+    harness_fill16(dt, host, n, 1.0f, rng);
+    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
+    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host);
+    free(host);
+    return st;
+}
+
+static sj_status gemm_setup(harness *h, uint64_t seed)
+{
+    const sj_problem *p = &h->problem;
+    gemm_state *s = calloc(1, sizeof *s);
+    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    h->state = s;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    if (!rng) rng = 1;
+    sj_status st;
+    if ((st = random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
+    if ((st = random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
+    h->out_count = (size_t)(p->m * p->n);
+    h->out_dtype = p->out_dtype;
+    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) return st;
+    h->out = s->C;
+    return SJ_OK;
+}
+
+static sj_status gemm_launch(harness *h, const loaded_kernel *k, void *stream)
+{
+    gemm_state *s = h->state;
+    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
+    void *args[] = { &s->A, &s->B, &s->C, &m, &n, &kk };
+    return rt_launch(h->ctx, k, args, stream);
+}
+
+static sj_status gemm_reference(harness *h)
+{
+    gemm_state *s = h->state;
+    const sj_problem *p = &h->problem;
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    return harness_reference_gemm(h->ctx, p->dtype, s->A, s->B, p->m, p->n, p->k, h->reference);
+}
+
+static double gemm_flops(const sj_problem *p) { return 2.0 * (double)p->m * (double)p->n * (double)p->k; }
+
+const harness_ops harness_gemm = {
+    .op = SJ_OP_GEMM,
+    .setup = gemm_setup,
+    .launch = gemm_launch,
+    .reference = gemm_reference,
+    .flops = gemm_flops,
+    .teardown = gemm_teardown,
+};

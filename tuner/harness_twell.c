@@ -1,0 +1,328 @@
+/* harness_twell.c: the tuner's harnesses for the two TwELL ops of an FFN block.
+ *
+ * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
+ * column 0 of X (all ones) and row 0 of Wg, chosen so that a fraction C / (2T) of H is non-zero:
+ * tiles then hold C/2 non-zeros on average and rarely overflow, the regime the capacity C is
+ * chosen for (timings depend on the data's sparsity, which the cache key does not carry). The
+ * output is read back through sj_twell_download + sj_twell_to_dense (which also validates it),
+ * and compared with relu of templates/gemm_reference.lua over the same X and Wg.
+ *
+ * twell-ffn (Y = (H (.) (X . Wu)) . Wd): H random with that density (positive values, as a ReLU
+ * gives), X, Wu, Wd random; the reference is computed on the host in fp64 over H's non-zeros
+ * only (2 * nnz(H) * d_model multiply-adds), rounding h * u to the input dtype as the op does.
+ * Kernel ABIs: templates/twell_gate.lua and templates/twell_ffn.lua. */
+#include "harness.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+#include "runtime/twell_format.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Non-zero fraction of the generated activations: C/2 per tile of T on average. */
+static double target_density(const sj_problem *p)
+{
+    double d = (double)p->twell_capacity / (2.0 * p->twell_tile);
+    double lo = 1.0 / p->twell_tile;
+    return d < lo ? lo : d > 0.5 ? 0.5 : d;
+}
+
+static double next_unit(uint64_t *s) /* [0, 1) */
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+static uint64_t seed_state(uint64_t seed, uint64_t salt)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + salt;
+    return s ? s : 1;
+}
+
+static sj_status upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
+{
+    sj_status st = sj_malloc(ctx, bytes, out);
+    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, bytes);
+    return st;
+}
+
+/* ------------------------------------------------------------------ twell-gate */
+
+typedef struct gate_state {
+    sj_twell_layout layout;
+    sj_twell_device H;
+    sj_devptr X, WgT, Wg;    /* Wg (K x N) only for the reference */
+} gate_state;
+
+static void gate_teardown(harness *h)
+{
+    gate_state *s = h->state;
+    if (!s) return;
+    sj_twell_device_free(h->ctx, &s->H);
+    sj_free(h->ctx, s->X);
+    sj_free(h->ctx, s->WgT);
+    sj_free(h->ctx, s->Wg);
+    free(s);
+    h->state = NULL;
+}
+
+/* z with P(N(0,1) > z) = q, by bisection on erfc: only called once per setup. */
+static double normal_upper_quantile(double q)
+{
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(mid / sqrt(2.0)) > q) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+static sj_status gate_setup(harness *h, uint64_t seed)
+{
+    const sj_problem *p = &h->problem;
+    gate_state *s = calloc(1, sizeof *s);
+    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    h->state = s;
+    sj_status st = sj_twell_layout_init(&s->layout, p->dtype, p->m, p->n, p->twell_tile, p->twell_capacity);
+    if (st != SJ_OK) return st;
+    int64_t M = p->m, N = p->n, K = p->k;
+    uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
+             *WgT = malloc(sizeof *WgT * (size_t)(N * K));
+    if (!X || !Wg || !WgT) {
+        st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
+                     (long long)N, (long long)K);
+        goto done;
+    }
+    uint64_t rng = seed_state(seed, 0x7f4a7c15f39cc060ull);
+    harness_fill16(p->dtype, X, (size_t)(M * K), 1.0f, &rng);
+    harness_fill16(p->dtype, Wg, (size_t)(K * N), 1.0f, &rng);
+    if (K >= 2) {
+        /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each). */
+        double bias = sqrt((double)(K - 1) / 9.0) * normal_upper_quantile(target_density(p));
+        uint16_t one = harness_f32_to_16(p->dtype, 1.0f), b = harness_f32_to_16(p->dtype, (float)-bias);
+        for (int64_t r = 0; r < M; r++) X[r * K] = one;
+        for (int64_t j = 0; j < N; j++) Wg[j] = b;
+    }
+    for (int64_t kk = 0; kk < K; kk++)
+        for (int64_t j = 0; j < N; j++) WgT[j * K + kk] = Wg[kk * N + j];
+    if ((st = upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
+        (st = upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
+        (st = upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
+        (st = sj_twell_device_alloc(h->ctx, &s->layout, &s->H)) != SJ_OK)
+        goto done;
+    h->out_count = (size_t)(M * N);
+    h->out_dtype = p->dtype;
+done:
+    free(X);
+    free(Wg);
+    free(WgT);
+    return st;
+}
+
+static sj_status gate_launch(harness *h, const loaded_kernel *k, void *stream)
+{
+    gate_state *s = h->state;
+    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
+    void *args[] = { &s->X, &s->WgT, &s->H.entries, &s->H.counts, &s->H.spill, &m, &n, &kk };
+    return rt_launch(h->ctx, k, args, stream);
+}
+
+/* Counts of -1 and 0xFF entries: a tile the kernel does not write is invalid when read back. */
+static sj_status twell_poison(sj_context *ctx, const sj_twell_device *H)
+{
+    const sj_twell_layout *l = &H->layout;
+    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->entries, 0xFF, l->entries_bytes), "poisoning TwELL entries");
+    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->counts, 0xFF, l->counts_bytes), "poisoning TwELL counts");
+    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->spill, 0xFF, l->spill_bytes), "poisoning TwELL spill");
+    return SJ_OK;
+}
+
+static sj_status gate_poison(harness *h)
+{
+    gate_state *s = h->state;
+    return twell_poison(h->ctx, &s->H);
+}
+
+static sj_status gate_read(harness *h, void *host)
+{
+    gate_state *s = h->state;
+    sj_twell_host t;
+    sj_status st = sj_twell_download(h->ctx, &s->H, &t);
+    if (st != SJ_OK) return st;
+    st = sj_twell_to_dense(&t, host, h->problem.n);
+    sj_twell_host_free(&t);
+    /* An inconsistent TwELL (bad count, column, order) is a wrong result of the candidate. */
+    return st == SJ_ERR_INVALID_ARGUMENT ? SJ_ERR_VERIFY : st;
+}
+
+static sj_status gate_reference(harness *h)
+{
+    gate_state *s = h->state;
+    const sj_problem *p = &h->problem;
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->X, s->Wg, p->m, p->n, p->k, h->reference);
+    if (st != SJ_OK) return st;
+    for (size_t i = 0; i < h->out_count; i++)
+        if (h->reference[i] < 0) h->reference[i] = 0;
+    sj_free(h->ctx, s->Wg); /* the reference is done with it */
+    s->Wg = 0;
+    return SJ_OK;
+}
+
+static double gate_flops(const sj_problem *p) { return 2.0 * (double)p->m * (double)p->n * (double)p->k; }
+
+const harness_ops harness_twell_gate = {
+    .op = SJ_OP_TWELL_GATE,
+    .setup = gate_setup,
+    .launch = gate_launch,
+    .reference = gate_reference,
+    .flops = gate_flops,
+    .teardown = gate_teardown,
+    .poison = gate_poison,
+    .read = gate_read,
+};
+
+/* ------------------------------------------------------------------ twell-ffn */
+
+typedef struct ffn_state {
+    sj_twell_device H;
+    sj_devptr X, WuT, Wd, Y;
+    /* host copies for the reference, freed once it is computed */
+    uint16_t *hX, *hH, *hWuT, *hWd;
+    int64_t nnz;
+} ffn_state;
+
+static void ffn_free_host(ffn_state *s)
+{
+    free(s->hX);
+    free(s->hH);
+    free(s->hWuT);
+    free(s->hWd);
+    s->hX = s->hH = s->hWuT = s->hWd = NULL;
+}
+
+static void ffn_teardown(harness *h)
+{
+    ffn_state *s = h->state;
+    if (!s) return;
+    sj_twell_device_free(h->ctx, &s->H);
+    sj_free(h->ctx, s->X);
+    sj_free(h->ctx, s->WuT);
+    sj_free(h->ctx, s->Wd);
+    sj_free(h->ctx, s->Y);
+    ffn_free_host(s);
+    free(s);
+    h->state = NULL;
+}
+
+static sj_status ffn_setup(harness *h, uint64_t seed)
+{
+    const sj_problem *p = &h->problem;
+    ffn_state *s = calloc(1, sizeof *s);
+    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    h->state = s;
+    sj_twell_layout layout;
+    sj_status st = sj_twell_layout_init(&layout, p->dtype, p->m, p->d_ff, p->twell_tile, p->twell_capacity);
+    if (st != SJ_OK) return st;
+    int64_t M = p->m, D = p->n, F = p->d_ff;
+    s->hX = malloc(sizeof *s->hX * (size_t)(M * D));
+    s->hH = malloc(sizeof *s->hH * (size_t)(M * F));
+    s->hWuT = malloc(sizeof *s->hWuT * (size_t)(F * D));
+    s->hWd = malloc(sizeof *s->hWd * (size_t)(F * D));
+    if (!s->hX || !s->hH || !s->hWuT || !s->hWd)
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lld-token FFN of %lld x %lld",
+                       (long long)M, (long long)D, (long long)F);
+    uint64_t rng = seed_state(seed, 0x5be0cd19137e2179ull);
+    harness_fill16(p->dtype, s->hX, (size_t)(M * D), 1.0f, &rng);
+    harness_fill16(p->dtype, s->hWuT, (size_t)(F * D), 1.0f, &rng);
+    harness_fill16(p->dtype, s->hWd, (size_t)(F * D), 1.0f, &rng);
+    double density = target_density(p);
+    uint16_t zero = harness_f32_to_16(p->dtype, 0.0f);
+    for (int64_t i = 0; i < M * F; i++) {
+        /* positive values in (0, 1], as a ReLU writes them */
+        int on = next_unit(&rng) < density;
+        s->hH[i] = on ? harness_f32_to_16(p->dtype, (float)(1.0 - next_unit(&rng))) : zero;
+        s->nnz += on;
+    }
+    sj_twell_host th;
+    if ((st = sj_twell_from_dense(&layout, s->hH, F, &th, NULL)) != SJ_OK) return st;
+    st = sj_twell_upload(h->ctx, &th, &s->H);
+    sj_twell_host_free(&th);
+    if (st != SJ_OK) return st;
+    if ((st = upload(h->ctx, s->hX, sizeof *s->hX * (size_t)(M * D), &s->X)) != SJ_OK ||
+        (st = upload(h->ctx, s->hWuT, sizeof *s->hWuT * (size_t)(F * D), &s->WuT)) != SJ_OK ||
+        (st = upload(h->ctx, s->hWd, sizeof *s->hWd * (size_t)(F * D), &s->Wd)) != SJ_OK)
+        return st;
+    h->out_count = (size_t)(M * D);
+    h->out_dtype = p->out_dtype;
+    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->Y)) != SJ_OK) return st;
+    h->out = s->Y;
+    return SJ_OK;
+}
+
+static sj_status ffn_launch(harness *h, const loaded_kernel *k, void *stream)
+{
+    ffn_state *s = h->state;
+    int m = (int)h->problem.m, d = (int)h->problem.n, f = (int)h->problem.d_ff;
+    void *args[] = { &s->X, &s->H.entries, &s->H.counts, &s->H.spill, &s->WuT, &s->Wd, &s->Y, &m, &d, &f };
+    return rt_launch(h->ctx, k, args, stream);
+}
+
+/* Host fp64 over the non-zeros of H: independent of every GPU code path. */
+static sj_status ffn_reference(harness *h)
+{
+    ffn_state *s = h->state;
+    const sj_problem *p = &h->problem;
+    int64_t M = p->m, D = p->n, F = p->d_ff;
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    double *x = malloc(sizeof *x * (size_t)D), *y = malloc(sizeof *y * (size_t)D);
+    if (!h->reference || !x || !y) {
+        free(x);
+        free(y);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference");
+    }
+    for (int64_t r = 0; r < M; r++) {
+        for (int64_t c = 0; c < D; c++) {
+            x[c] = harness_16_to_f64(p->dtype, s->hX[r * D + c]);
+            y[c] = 0;
+        }
+        for (int64_t j = 0; j < F; j++) {
+            uint16_t hb = s->hH[r * F + j];
+            if (!twell_nonzero(hb)) continue;
+            const uint16_t *wu = s->hWuT + j * D, *wd = s->hWd + j * D;
+            double u = 0;
+            for (int64_t c = 0; c < D; c++) u += x[c] * harness_16_to_f64(p->dtype, wu[c]);
+            double hu = harness_16_to_f64(p->dtype, harness_f32_to_16(p->dtype,
+                                                                       (float)(harness_16_to_f64(p->dtype, hb) * u)));
+            for (int64_t c = 0; c < D; c++) y[c] += hu * harness_16_to_f64(p->dtype, wd[c]);
+        }
+        for (int64_t c = 0; c < D; c++) h->reference[r * D + c] = (float)y[c];
+    }
+    free(x);
+    free(y);
+    ffn_free_host(s);
+    return SJ_OK;
+}
+
+/* Useful work: up and down products at the active units only (the template's flops() is the
+ * dense equivalent, which it reports because it cannot see the data). */
+static double ffn_flops(const sj_problem *p)
+{
+    return 4.0 * (double)p->m * (double)p->n * (double)p->d_ff * target_density(p);
+}
+
+const harness_ops harness_twell_ffn = {
+    .op = SJ_OP_TWELL_FFN,
+    .setup = ffn_setup,
+    .launch = ffn_launch,
+    .reference = ffn_reference,
+    .flops = ffn_flops,
+    .teardown = ffn_teardown,
+};

@@ -1,0 +1,123 @@
+/* harness_vnm.c: the tuner's harness for V:N:M SpMM (C = alpha * A_vnm . B + beta * C): a random
+ * dense A pruned to V:N:M by magnitude and compressed on the host, random B, a launch of a given
+ * kernel with the vnm-spmm ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
+ * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
+ * neither the format's device path nor the sparse kernel's arithmetic. beta = 0 (C not read),
+ * so the NaN-poisoned output catches unwritten elements; alpha != 1 checks the scaling. */
+#include "harness.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define VNM_ALPHA 0.75f /* exact in every dtype: the reference scales by it without rounding */
+
+typedef struct vnm_state {
+    sj_devptr values, meta, index, B, C;
+    sj_devptr A_dense;       /* the pruned A, for the reference only */
+    float alpha, beta;
+} vnm_state;
+
+static void vnm_teardown(harness *h)
+{
+    vnm_state *s = h->state;
+    if (!s) return;
+    sj_free(h->ctx, s->values);
+    sj_free(h->ctx, s->meta);
+    sj_free(h->ctx, s->index);
+    sj_free(h->ctx, s->B);
+    sj_free(h->ctx, s->C);
+    sj_free(h->ctx, s->A_dense);
+    free(s);
+    h->state = NULL;
+}
+
+static sj_status upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
+{
+    sj_status st = sj_malloc(ctx, bytes, out);
+    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, bytes);
+    return st;
+}
+
+static sj_status vnm_setup(harness *h, uint64_t seed)
+{
+    const sj_problem *p = &h->problem;
+    vnm_state *s = calloc(1, sizeof *s);
+    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    h->state = s;
+    s->alpha = VNM_ALPHA;
+    s->beta = 0.0f;
+    sj_vnm_layout layout;
+    sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->k);
+    if (st != SJ_OK) return st;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x3c6ef372fe94f82bull;
+    if (!rng) rng = 1;
+    size_t a_count = (size_t)(p->m * p->k), b_count = (size_t)(p->k * p->n);
+    uint16_t *A = malloc(a_count * sizeof *A), *B = malloc(b_count * sizeof *B);
+    sj_vnm_host packed;
+    memset(&packed, 0, sizeof packed);
+    if (!A || !B) {
+        st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M problem", (long long)p->m,
+                     (long long)p->k);
+        goto done;
+    }
+    harness_fill16(p->dtype, A, a_count, 1.0f, &rng);
+    harness_fill16(p->dtype, B, b_count, 1.0f, &rng);
+    if ((st = sj_vnm_compress(&layout, A, p->k, SJ_VNM_PRUNE_L2, &packed)) != SJ_OK) goto done;
+    /* A now becomes the pruned dense matrix the compressed form stands for. */
+    if ((st = sj_vnm_decompress(&packed, A, p->k)) != SJ_OK) goto done;
+    if ((st = upload(h->ctx, packed.values, layout.values_bytes, &s->values)) != SJ_OK ||
+        (st = upload(h->ctx, packed.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
+        (st = upload(h->ctx, packed.index, layout.index_bytes, &s->index)) != SJ_OK ||
+        (st = upload(h->ctx, B, b_count * sizeof *B, &s->B)) != SJ_OK ||
+        (st = upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
+        goto done;
+    h->out_count = (size_t)(p->m * p->n);
+    h->out_dtype = p->out_dtype;
+    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) goto done;
+    h->out = s->C;
+done:
+    sj_vnm_host_free(&packed);
+    free(A);
+    free(B);
+    return st;
+}
+
+static sj_status vnm_launch(harness *h, const loaded_kernel *k, void *stream)
+{
+    vnm_state *s = h->state;
+    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
+    void *args[] = { &s->values, &s->meta, &s->index, &s->B, &s->C, &m, &n, &kk, &s->alpha, &s->beta };
+    return rt_launch(h->ctx, k, args, stream);
+}
+
+static sj_status vnm_reference(harness *h)
+{
+    vnm_state *s = h->state;
+    const sj_problem *p = &h->problem;
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->A_dense, s->B, p->m, p->n, p->k, h->reference);
+    if (st != SJ_OK) return st;
+    for (size_t i = 0; i < h->out_count; i++) h->reference[i] *= s->alpha; /* rounding ~6e-8: far below the gate */
+    /* The dense copy is needed no longer: give its memory back for the timing. */
+    sj_free(h->ctx, s->A_dense);
+    s->A_dense = 0;
+    return SJ_OK;
+}
+
+/* Useful work: the kept N of every M columns. */
+static double vnm_flops(const sj_problem *p)
+{
+    return 2.0 * (double)p->m * (double)p->n * (double)p->k * p->vnm_n / p->vnm_m;
+}
+
+const harness_ops harness_vnm = {
+    .op = SJ_OP_VNM_SPMM,
+    .setup = vnm_setup,
+    .launch = vnm_launch,
+    .reference = vnm_reference,
+    .flops = vnm_flops,
+    .teardown = vnm_teardown,
+};
