@@ -243,7 +243,7 @@ sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, si
     sj_tune_options o;
     sj_tune_options_init(&o);
     o.strategy = SJ_TUNE_RANDOM;
-    o.budget_trials = 24;
+    o.budget_trials = 0; /* the strategy default: 16-128 trials */
     o.budget_seconds = 60;
     sj_tune_result r;
     sj_status st = sj_tune(ctx, p, &o, &r);
