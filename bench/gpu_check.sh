@@ -4,16 +4,20 @@
 # not skip), runs the benchmarks (each op against cuBLAS dense in the same process, interleaved),
 # writes CSV/logs to $OUT (default bench/out), and prints a short table last.
 #
-#   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick] [--only tests|bench]
+#   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick | --lean] [--only tests|bench]
+# --quick: the largest V:N:M shape only and fewer TwELL cases; --lean (a short device lease): also
+# only the test programs that use the GPU, and 99%/99.9% TwELL at 8192 tokens.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=""
 quick=0
+lean=0
 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) build=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --lean) quick=1; lean=1; shift ;;
     --only) only=$2; shift 2 ;;
     -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
@@ -45,9 +49,11 @@ if [ "$only" != "bench" ]; then
     SPARSEJIT_CACHE="$work/$name.db" timeout 200 "$t" >"$out/$name.log" 2>&1
     echo "$? $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{print b - a}')" >"$work/$name.rc"
   }
-  for t in "$build"/test_*; do [ -x "$t" ] && run_test "$t" & done
+  tests=$(ls "$build"/test_*)
+  [ $lean -eq 1 ] && tests=$(ls "$build"/test_*gpu* "$build"/test_vnm_spmm "$build"/test_twell_ffn)
+  for t in $tests; do [ -x "$t" ] && run_test "$t" & done
   wait
-  for t in "$build"/test_*; do
+  for t in $tests; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     read -r rc secs <"$work/$name.rc"
@@ -73,6 +79,7 @@ for dt in f16 bf16; do
 done
 if [ $quick -eq 1 ]; then
   vnm_shapes="28672x8192x8192"; vnm_v="64 128"; dtypes="f16 bf16"
+  [ $lean -eq 1 ] && dtypes="f16"
 else
   vnm_shapes="4096x4096x4096 11008x8192x4096 4096x8192x11008 28672x8192x8192"; vnm_v="64 128"; dtypes="f16 bf16"
 fi
@@ -83,9 +90,10 @@ done; done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   [ $quick -eq 1 ] && [ "$tok" = 2048 ] && continue
+  [ $lean -eq 1 ] && { [ "$sp" = 0.90 ] || [ "$sp" = 0.95 ]; } && continue
   bench --op twell-ffn --shape "${tok}x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
 done; done; done
-for tok in 2048 8192; do
+for tok in 8192; do
   bench --op twell-gate --shape "${tok}x11008x4096" --dtype f16 --sparsity 0.99
 done
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
