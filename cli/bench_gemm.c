@@ -14,21 +14,6 @@ struct bench_case {
     sj_devptr A, B, C;
 };
 
-/* Uploads n random values of dtype into a new device buffer. */
-static sj_status random_upload(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
-{
-    uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory for %zu inputs", n);
-    harness_fill16(dt, host, n, 1.0f, rng);
-    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
-    if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host)) != SJ_OK) {
-        sj_free(ctx, *out);
-        *out = 0;
-    }
-    free(host);
-    return st;
-}
-
 static void teardown(sj_context *ctx, bench_case *c)
 {
     if (!c) return;
@@ -50,8 +35,8 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
     size_t out_bytes = (size_t)(p->m * p->n) * sj_dtype_size(p->out_dtype);
-    if ((st = random_upload(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &c->A)) != SJ_OK ||
-        (st = random_upload(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
+    if ((st = harness_random_device16(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &c->A)) != SJ_OK ||
+        (st = harness_random_device16(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
         (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK) {
         teardown(ctx, c);
         return st;

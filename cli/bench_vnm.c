@@ -17,21 +17,6 @@ struct bench_case {
     sj_devptr B, C;
 };
 
-/* Uploads n random values of dtype into a new device buffer. */
-static sj_status random_upload(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
-{
-    uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory for %zu inputs", n);
-    harness_fill16(dt, host, n, 1.0f, rng);
-    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
-    if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host)) != SJ_OK) {
-        sj_free(ctx, *out);
-        *out = 0;
-    }
-    free(host);
-    return st;
-}
-
 static void teardown(sj_context *ctx, bench_case *c)
 {
     if (!c) return;
@@ -57,9 +42,9 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     if (!rng) rng = 1;
     sj_devptr dense = 0;
     size_t out_bytes = (size_t)(p->m * p->n) * sj_dtype_size(p->out_dtype);
-    if ((st = random_upload(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &dense)) != SJ_OK ||
+    if ((st = harness_random_device16(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &dense)) != SJ_OK ||
         (st = sj_vnm_compress_device(ctx, &l, dense, p->k, SJ_VNM_PRUNE_L2, &c->A, NULL)) != SJ_OK ||
-        (st = random_upload(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
+        (st = harness_random_device16(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
         (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK) {
         if (dense) sj_free(ctx, dense);
         teardown(ctx, c);

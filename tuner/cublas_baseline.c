@@ -102,17 +102,6 @@ static sj_status run_seq(void *user)
     return SJ_OK;
 }
 
-static sj_status random_buffer(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
-{
-    uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "cuBLAS baseline: out of memory for %zu values", n);
-    harness_fill16(dt, host, n, 1.0f, rng);
-    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
-    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host);
-    free(host);
-    return st;
-}
-
 sj_status sj_cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
                                   const measure_options *opts, measure_result *out)
 {
@@ -140,8 +129,8 @@ sj_status sj_cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, 
         g[i].m = (int)shapes[i][0];
         g[i].n = (int)shapes[i][1];
         g[i].k = (int)shapes[i][2];
-        if ((st = random_buffer(ctx, dtype, (size_t)g[i].m * (size_t)g[i].k, &rng, &g[i].A)) != SJ_OK ||
-            (st = random_buffer(ctx, dtype, (size_t)g[i].k * (size_t)g[i].n, &rng, &g[i].B)) != SJ_OK)
+        if ((st = harness_random_device16(ctx, dtype, (size_t)g[i].m * (size_t)g[i].k, &rng, &g[i].A)) != SJ_OK ||
+            (st = harness_random_device16(ctx, dtype, (size_t)g[i].k * (size_t)g[i].n, &rng, &g[i].B)) != SJ_OK)
             break;
         st = sj_malloc(ctx, (size_t)g[i].m * (size_t)g[i].n * 2, &g[i].C);
     }

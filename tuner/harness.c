@@ -318,3 +318,23 @@ void harness_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *s
         x[i] = harness_f32_to_16(dt, (float)(u * scale));
     }
 }
+
+sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
+{
+    sj_status st = sj_malloc(ctx, bytes, out);
+    if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, bytes)) != SJ_OK) {
+        sj_free(ctx, *out);
+        *out = 0;
+    }
+    return st;
+}
+
+sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out)
+{
+    uint16_t *host = malloc(n * sizeof *host);
+    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "out of host memory for %zu random inputs", n);
+    harness_fill16(dtype, host, n, 1.0f, rng);
+    sj_status st = harness_upload(ctx, host, n * sizeof *host, out);
+    free(host);
+    return st;
+}

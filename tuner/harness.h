@@ -75,6 +75,10 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
 
 /* Random 16-bit values of dtype in [-scale, scale), never all zero, from a seeded generator. */
 void harness_fill16(sj_dtype dtype, uint16_t *x, size_t n, float scale, uint64_t *state);
+/* A new device buffer holding `bytes` from host. */
+sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out);
+/* A new device buffer of n random 16-bit values of dtype, uniform in [-1, 1) (never zeros). */
+sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out);
 uint16_t harness_f32_to_16(sj_dtype dtype, float f);
 double harness_16_to_f64(sj_dtype dtype, uint16_t h);
 

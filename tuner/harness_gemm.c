@@ -23,18 +23,6 @@ static void gemm_teardown(harness *h)
     h->state = NULL;
 }
 
-/* Uploads n random values of dtype into a new device buffer. */
-static sj_status random_device16(sj_context *ctx, sj_dtype dt, size_t n, uint64_t *rng, sj_devptr *out)
-{
-    uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %zu inputs", n);
-    harness_fill16(dt, host, n, 1.0f, rng);
-    sj_status st = sj_malloc(ctx, n * sizeof *host, out);
-    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host);
-    free(host);
-    return st;
-}
-
 static sj_status gemm_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
@@ -44,8 +32,8 @@ static sj_status gemm_setup(harness *h, uint64_t seed)
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
     if (!rng) rng = 1;
     sj_status st;
-    if ((st = random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
-    if ((st = random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
+    if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
+    if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
     h->out_count = (size_t)(p->m * p->n);
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) return st;

@@ -44,13 +44,6 @@ static uint64_t seed_state(uint64_t seed, uint64_t salt)
     return s ? s : 1;
 }
 
-static sj_status upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
-{
-    sj_status st = sj_malloc(ctx, bytes, out);
-    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, bytes);
-    return st;
-}
-
 /* ------------------------------------------------------------------ twell-gate */
 
 typedef struct gate_state {
@@ -111,9 +104,9 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     }
     for (int64_t kk = 0; kk < K; kk++)
         for (int64_t j = 0; j < N; j++) WgT[j * K + kk] = Wg[kk * N + j];
-    if ((st = upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
-        (st = upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
-        (st = upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
+    if ((st = harness_upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
+        (st = harness_upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
+        (st = harness_upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
         (st = sj_twell_device_alloc(h->ctx, &s->layout, &s->H)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(M * N);
@@ -256,9 +249,9 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
     st = sj_twell_upload(h->ctx, &th, &s->H);
     sj_twell_host_free(&th);
     if (st != SJ_OK) return st;
-    if ((st = upload(h->ctx, s->hX, sizeof *s->hX * (size_t)(M * D), &s->X)) != SJ_OK ||
-        (st = upload(h->ctx, s->hWuT, sizeof *s->hWuT * (size_t)(F * D), &s->WuT)) != SJ_OK ||
-        (st = upload(h->ctx, s->hWd, sizeof *s->hWd * (size_t)(F * D), &s->Wd)) != SJ_OK)
+    if ((st = harness_upload(h->ctx, s->hX, sizeof *s->hX * (size_t)(M * D), &s->X)) != SJ_OK ||
+        (st = harness_upload(h->ctx, s->hWuT, sizeof *s->hWuT * (size_t)(F * D), &s->WuT)) != SJ_OK ||
+        (st = harness_upload(h->ctx, s->hWd, sizeof *s->hWd * (size_t)(F * D), &s->Wd)) != SJ_OK)
         return st;
     h->out_count = (size_t)(M * D);
     h->out_dtype = p->out_dtype;

@@ -33,13 +33,6 @@ static void vnm_teardown(harness *h)
     h->state = NULL;
 }
 
-static sj_status upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
-{
-    sj_status st = sj_malloc(ctx, bytes, out);
-    if (st == SJ_OK) st = sj_memcpy_htod(ctx, *out, host, bytes);
-    return st;
-}
-
 static sj_status vnm_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
@@ -67,11 +60,11 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
     if ((st = sj_vnm_compress(&layout, A, p->k, SJ_VNM_PRUNE_L2, &packed)) != SJ_OK) goto done;
     /* A now becomes the pruned dense matrix the compressed form stands for. */
     if ((st = sj_vnm_decompress(&packed, A, p->k)) != SJ_OK) goto done;
-    if ((st = upload(h->ctx, packed.values, layout.values_bytes, &s->values)) != SJ_OK ||
-        (st = upload(h->ctx, packed.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
-        (st = upload(h->ctx, packed.index, layout.index_bytes, &s->index)) != SJ_OK ||
-        (st = upload(h->ctx, B, b_count * sizeof *B, &s->B)) != SJ_OK ||
-        (st = upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
+    if ((st = harness_upload(h->ctx, packed.values, layout.values_bytes, &s->values)) != SJ_OK ||
+        (st = harness_upload(h->ctx, packed.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
+        (st = harness_upload(h->ctx, packed.index, layout.index_bytes, &s->index)) != SJ_OK ||
+        (st = harness_upload(h->ctx, B, b_count * sizeof *B, &s->B)) != SJ_OK ||
+        (st = harness_upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(p->m * p->n);
     h->out_dtype = p->out_dtype;
