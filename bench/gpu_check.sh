@@ -96,11 +96,22 @@ done; done; done
 for tok in 8192; do
   bench --op twell-gate --shape "${tok}x11008x4096" --dtype f16 --sparsity 0.99
 done
+# Tuning one V:N:M shape: budgeted (and, unless --quick, exhaustive); the bench after it uses the winner.
+tune_shape="--op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8 --warmup-ms 10 --rep-ms 40 --top 3"
+tune() {
+  local t0; t0=$(date +%s.%N)
+  "$cli" tune $tune_shape --strategy "$1" 2>&1 | tail -8 >>"$out/tune.txt"
+  echo "tune $1: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s" | tee -a "$out/tune.txt"
+}
+tune random
+[ $quick -eq 0 ] && tune exhaustive
+bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
 rm -rf "$work"
 
 echo
 echo "== tests"; cat "$summary"
+echo "== tuning"; grep -E "^tune|best|winner" "$out/tune.txt" | head -8
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
 awk -F, 'NR==1{next} {printf "%-10s %-5s %-16s %-12s %10.1f us %8.1f TF  cuBLAS %10.1f us  %6.2fx\n",$2,$3,$5"x"$6"x"$7,$8,$13,$16,$17,$19}' "$csv"
 exit $failed
