@@ -253,11 +253,6 @@ static int count(const char *text, const char *needle)
 /* Disassembles an sm_90a build of p's kernel with cfg; NULL (after skip()) when it cannot. */
 static char *sass_of(const sj_problem *p, const char *cfg)
 {
-    const char *tool = tu_cuobjdump();
-    if (!tool) {
-        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)\n");
-        return NULL;
-    }
     sj_generated *g = NULL;
     SJ_ASSERT_OK(sj_generate(ctx90, p, cfg, &g));
     void *cubin = NULL;
@@ -266,41 +261,8 @@ static char *sass_of(const sj_problem *p, const char *cfg)
     SJ_ASSERT_OK(sj_compile(ctx90, g, &cubin, &size, &log));
     free(log);
     sj_generated_free(g);
-    const char *dir = tu_tempdir();
-    assert_non_null(dir);
-    char path[512], cmd[2048];
-    snprintf(path, sizeof path, "%s/gemm.cubin", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cubin, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
+    char *text = tu_sass(cubin, size);
     free(cubin);
-    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
-    FILE *pp = popen(cmd, "r");
-    assert_non_null(pp);
-    size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
-    assert_non_null(text);
-    size_t r;
-    while ((r = fread(text + len, 1, cap - len - 1, pp)) > 0) {
-        len += r;
-        if (len + 1 == cap) {
-            cap *= 2;
-            text = realloc(text, cap);
-            assert_non_null(text);
-        }
-    }
-    text[len] = 0;
-    int rc = pclose(pp);
-    remove(path);
-    if (rc != 0 && strstr(text, "nvdisasm")) {
-        /* cuobjdump disassembles through nvdisasm, a separate package */
-        fprintf(stderr, "# SKIP SASS check: cuobjdump cannot disassemble without nvdisasm "
-                        "(pip install nvidia-cuda-nvdisasm): %.200s\n", text);
-        free(text);
-        return NULL;
-    }
-    if (rc != 0) fail_msg("%s failed (%d): %.500s", cmd, rc, text);
     return text;
 }
 

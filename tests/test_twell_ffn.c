@@ -219,11 +219,6 @@ static size_t count(const char *text, const char *needle)
 /* SASS of p's kernel with cfg on ctx's arch; NULL (the caller skips) without cuobjdump. */
 static char *sass_of(sj_context *ctx, const sj_problem *p, const char *cfg)
 {
-    const char *tool = tu_cuobjdump();
-    if (!tool) {
-        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)\n");
-        return NULL;
-    }
     sj_generated *g = NULL;
     SJ_ASSERT_OK(sj_generate(ctx, p, cfg, &g));
     void *cubin = NULL;
@@ -232,38 +227,8 @@ static char *sass_of(sj_context *ctx, const sj_problem *p, const char *cfg)
     SJ_ASSERT_OK(sj_compile(ctx, g, &cubin, &size, &log));
     free(log);
     sj_generated_free(g);
-    const char *dir = tu_tempdir();
-    assert_non_null(dir);
-    char path[512], cmd[2048];
-    snprintf(path, sizeof path, "%s/twell.cubin", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cubin, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
+    char *text = tu_sass(cubin, size);
     free(cubin);
-    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
-    FILE *pp = popen(cmd, "r");
-    assert_non_null(pp);
-    size_t cap = 1 << 20, len = 0, r;
-    char *text = malloc(cap);
-    assert_non_null(text);
-    while ((r = fread(text + len, 1, cap - len - 1, pp)) > 0) {
-        len += r;
-        if (len + 1 == cap) {
-            cap *= 2;
-            text = realloc(text, cap);
-            assert_non_null(text);
-        }
-    }
-    text[len] = 0;
-    int rc = pclose(pp);
-    remove(path);
-    if (rc != 0 && strstr(text, "nvdisasm")) {
-        fprintf(stderr, "# SKIP SASS check: cuobjdump needs nvdisasm: %.200s\n", text);
-        free(text);
-        return NULL;
-    }
-    if (rc != 0) fail_msg("%s failed (%d): %.500s", cmd, rc, text);
     return text;
 }
 

@@ -196,3 +196,49 @@ int tu_exit_code(int failed)
     }
     return 0;
 }
+
+char *tu_sass(const void *cubin, size_t size)
+{
+    const char *tool = tu_cuobjdump();
+    if (!tool) {
+        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)\n");
+        tu_note_skip();
+        return NULL;
+    }
+    const char *dir = tu_tempdir();
+    assert_non_null(dir);
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/kernel.cubin", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(cubin, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
+    FILE *pp = popen(cmd, "r");
+    assert_non_null(pp);
+    size_t cap = 1 << 20, len = 0, r;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    while ((r = fread(text + len, 1, cap - len - 1, pp)) > 0) {
+        len += r;
+        if (len + 1 == cap) {
+            cap *= 2;
+            text = realloc(text, cap);
+            assert_non_null(text);
+        }
+    }
+    text[len] = 0;
+    int rc = pclose(pp);
+    remove(path);
+    rmdir(dir);
+    if (rc != 0 && strstr(text, "nvdisasm")) {
+        /* cuobjdump disassembles through nvdisasm, a separate package */
+        fprintf(stderr, "# SKIP SASS check: cuobjdump cannot disassemble without nvdisasm "
+                        "(pip install nvidia-cuda-nvdisasm): %.200s\n", text);
+        free(text);
+        tu_note_skip();
+        return NULL;
+    }
+    if (rc != 0) fail_msg("%s failed (%d): %.500s", cmd, rc, text);
+    return text;
+}

@@ -58,6 +58,9 @@ int tu_exit_code(int failed);
 sj_context *tu_compile_context(const char *arch);
 /* Path to the cuobjdump binary ($CUOBJDUMP, PATH, or pip's nvidia-cuda-cuobjdump), or NULL. */
 const char *tu_cuobjdump(void);
+/* The SASS of a cubin (malloc'ed text), or NULL after printing why (no cuobjdump, or no
+ * nvdisasm behind it) and noting a skip. Fails the test if cuobjdump fails otherwise. */
+char *tu_sass(const void *cubin, size_t size);
 /* The source tree: $SJ_SOURCE_DIR (a build moved to another machine), else where it was built. */
 const char *tu_source_dir(void);
 /* A fresh temporary directory path (created) for cache files. */

@@ -31,34 +31,6 @@ static sj_problem vnm_problem(sj_dtype dt, sj_dtype out, int64_t rows, int64_t n
     return p;
 }
 
-/* The SASS of a cubin, or NULL (with a visible skip) when there is no cuobjdump. */
-static char *sass_of(const void *cubin, size_t size)
-{
-    const char *tool = tu_cuobjdump();
-    if (!tool) {
-        fprintf(stderr, "# SKIP SASS check: no cuobjdump (set $CUOBJDUMP)\n");
-        return NULL;
-    }
-    const char *dir = tu_tempdir();
-    assert_non_null(dir);
-    char path[512], cmd[2048];
-    snprintf(path, sizeof path, "%s/vnm.cubin", dir);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(cubin, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
-    snprintf(cmd, sizeof cmd, "'%s' --dump-sass '%s' 2>&1", tool, path);
-    FILE *pp = popen(cmd, "r");
-    assert_non_null(pp);
-    size_t cap = 1 << 22, len = 0;
-    char *text = malloc(cap);
-    assert_non_null(text);
-    size_t n;
-    while ((n = fread(text + len, 1, cap - 1 - len, pp)) > 0) len += n;
-    text[len] = 0;
-    assert_int_equal(pclose(pp), 0);
-    return text;
-}
 
 /* Generates p (config cfg, NULL: default) on ctx and compiles it for arch; returns the cubin. */
 static void *compile(sj_context *ctx, const sj_problem *p, const char *cfg, const char *arch, size_t *size,
@@ -103,7 +75,7 @@ static void test_template_compiles(void **state)
         free(cubin);
         sj_generated *g;
         cubin = compile(ctx, &p, NULL, "sm_90a", &size, &g);
-        char *sass = sass_of(cubin, size);
+        char *sass = tu_sass(cubin, size);
         if (sass) {
             if (!strstr(sass, "HMMA.SP.16832.F32")) fail_msg("%s: no HMMA.SP.16832 in the SASS", g->entry);
             if (strstr(sass, "LDL") || strstr(sass, "STL")) fail_msg("%s (%s): local memory in the SASS", g->entry, g->config);
