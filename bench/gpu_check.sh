@@ -107,11 +107,24 @@ tune random
 [ $quick -eq 0 ] && tune exhaustive
 bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
-rm -rf "$work"
+
+# The bench rows as a Markdown table for bench/RESULTS.md.
+{
+  echo "GPU: $("$cli" info --json | sed -n 's/.*"name":"\([^"]*\)".*/\1/p'), $(date -u +%Y-%m-%d); speedup = cuBLAS dense / sparsejit, same process, interleaved."
+  echo
+  echo "| op | dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  python3 -c 'import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    f = lambda k: float(r[k])
+    print("| %s | %s | %sx%sx%s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | %.2fx |" % (r["op"], r["dtype"], r["m"], r["n"], r["k"],
+          r["sparsity"] or "dense", r["config"], r["origin"], f("median_us"), f("p20_us"), f("p80_us"), f("tflops"), f("cublas_us"), f("speedup")))' "$csv"
+} >"$out/RESULTS.fragment.md"
 
 echo
 echo "== tests"; cat "$summary"
 echo "== tuning"; grep -E "^tune|best|winner" "$out/tune.txt" | head -8
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
-awk -F, 'NR==1{next} {printf "%-10s %-5s %-16s %-12s %10.1f us %8.1f TF  cuBLAS %10.1f us  %6.2fx\n",$2,$3,$5"x"$6"x"$7,$8,$13,$16,$17,$19}' "$csv"
+sed -n '3,$p' "$out/RESULTS.fragment.md"
+rm -rf "$work"
 exit $failed
