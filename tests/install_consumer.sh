@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install_consumer.sh: installs the build into a temporary prefix and builds examples/c_api.c as
+# another project would, once with find_package(sparsejit) and once with pkg-config.
+set -eu
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+mkdir -p "$tmp/app"
+cat >"$tmp/app/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.20)
+project(consumer C)
+find_package(sparsejit 0.1 REQUIRED)
+add_executable(consumer $src/examples/c_api.c)
+target_link_libraries(consumer PRIVATE sparsejit::sparsejit m)
+CM
+cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/app/build" >/dev/null
+# the program runs: exit 0 with a GPU, or a clear "no GPU" message without one
+out=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/app/build/consumer" 2>&1) || echo "$out" | grep -q "no GPU" ||
+  { echo "FAIL: consumer: $out"; exit 1; }
+pc="$tmp/prefix/lib/pkgconfig/sparsejit.pc"
+[ -f "$pc" ] || { echo "FAIL: no $pc"; exit 1; }
+cc -o "$tmp/consumer_pc" "$src/examples/c_api.c" -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -lsparsejit -lm
+echo "install consumer: ok"
