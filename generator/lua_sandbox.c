@@ -201,6 +201,9 @@ static int setup_state(lua_State *L)
     lua_getmetatable(L, -1);
     lua_pushvalue(L, -3);
     lua_setfield(L, -2, "__index");
+    /* getmetatable("") must not hand templates the shared metatable to rewrite */
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
     lua_pop(L, 4);
     return 0;
 }

@@ -109,6 +109,7 @@ static void test_sandbox_refuses_io_and_os(void **state)
     /* load of a binary chunk: only text is accepted */
     expect_generate_error("uses_binary", "    local f, e = load('\\27Lua', 'x', 'b', {}) error(e)", SJ_ERR_TEMPLATE,
                           "attempt to load a binary chunk");
+    expect_generate_error("uses_strmeta", "    getmetatable('').__index = nil", SJ_ERR_TEMPLATE, "attempt to index a boolean");
     expect_generate_error("uses_load_noenv", "    load('return 1')", SJ_ERR_TEMPLATE, "bad argument #4");
     FILE *f = fopen("/tmp/sj_pwned", "r");
     assert_null(f);
