@@ -39,27 +39,15 @@ static sj_problem gemm(sj_dtype in, sj_dtype out, int64_t m, int64_t n, int64_t 
     return p;
 }
 
-/* Value of NAME in a canonical config "A=1,B=2" (-1 if absent). */
-static int cfg_value(const char *config, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *s = config; s && *s;) {
-        if (!strncmp(s, name, len) && s[len] == '=') return atoi(s + len + 1);
-        s = strchr(s, ',');
-        if (s) s++;
-    }
-    return -1;
-}
-
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Checks what every generated gemm_dense kernel must satisfy, given its config. */
 static void check_generated(const sj_problem *p, const sj_generated *g)
 {
-    int BM = cfg_value(g->config, "BM"), BN = cfg_value(g->config, "BN"), BK = cfg_value(g->config, "BK");
-    int WM = cfg_value(g->config, "WM"), WN = cfg_value(g->config, "WN"), S = cfg_value(g->config, "STAGES");
+    int BM = tu_config_value(g->config, "BM"), BN = tu_config_value(g->config, "BN"), BK = tu_config_value(g->config, "BK");
+    int WM = tu_config_value(g->config, "WM"), WN = tu_config_value(g->config, "WN"), S = tu_config_value(g->config, "STAGES");
     assert_true(BM > 0 && BN > 0 && BK > 0 && WM > 0 && WN > 0 && S >= 2);
-    assert_true(cfg_value(g->config, "GROUP_M") >= 1);
+    assert_true(tu_config_value(g->config, "GROUP_M") >= 1);
     int warps = (BM / WM) * (BN / WN);
     assert_true(warps == 4 || warps == 8);
     assert_true(WM * WN / 32 <= 128);
@@ -67,7 +55,7 @@ static void check_generated(const sj_problem *p, const sj_generated *g)
     assert_int_equal(g->block[1], 1);
     assert_int_equal(g->grid[0], (unsigned)(cdiv(p->m, BM) * cdiv(p->n, BN)));
     assert_int_equal(g->grid[1], 1);
-    int epi = cfg_value(g->config, "EPI");
+    int epi = tu_config_value(g->config, "EPI");
     assert_true(epi == 0 || epi == 1);
     /* the pipeline's ring, or the staged C tile (rows padded by 16 bytes, 32 for fp32) if larger */
     int osz = (int)sj_dtype_size(p->out_dtype);
@@ -104,7 +92,7 @@ static void test_defaults_generate(void **state)
                 sj_generated *g = NULL;
                 SJ_ASSERT_OK(sj_generate(ctx90, &p, NULL, &g));
                 check_generated(&p, g);
-                int BM = cfg_value(g->config, "BM"), BN = cfg_value(g->config, "BN");
+                int BM = tu_config_value(g->config, "BM"), BN = tu_config_value(g->config, "BN");
                 /* never a tile edge over twice the (power-of-two-rounded) extent */
                 assert_true(BM <= 32 || BM < 2 * p.m);
                 assert_true(BN <= 32 || BN < 2 * p.n);

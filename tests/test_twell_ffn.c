@@ -64,24 +64,13 @@ static sj_problem ffn_problem(sj_dtype dt, sj_dtype out, int64_t tokens, int64_t
     return p;
 }
 
-static int cfg_value(const char *config, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *s = config; s && *s;) {
-        if (!strncmp(s, name, len) && s[len] == '=') return atoi(s + len + 1);
-        s = strchr(s, ',');
-        if (s) s++;
-    }
-    return -1;
-}
-
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* expect_wg: 0 or 1, or -1 for either (a config of the space). */
 static void check_gate_generated(const sj_problem *p, const sj_generated *g, const char *arch, int expect_wg)
 {
-    int BM = cfg_value(g->config, "BM"), BN = cfg_value(g->config, "BN"), WG = cfg_value(g->config, "WG");
-    int warps = (BM / cfg_value(g->config, "WM")) * (BN / cfg_value(g->config, "WN"));
+    int BM = tu_config_value(g->config, "BM"), BN = tu_config_value(g->config, "BN"), WG = tu_config_value(g->config, "WG");
+    int warps = (BM / tu_config_value(g->config, "WM")) * (BN / tu_config_value(g->config, "WN"));
     assert_string_equal(g->template_name, "twell_gate");
     assert_int_equal(BN % p->twell_tile, 0);      /* a CTA owns whole tiles of its rows */
     assert_int_equal(g->block[0], (unsigned)(32 * warps));
@@ -97,7 +86,7 @@ static void check_gate_generated(const sj_problem *p, const sj_generated *g, con
 
 static void check_ffn_generated(const sj_problem *p, const sj_generated *g, const char *arch)
 {
-    int NT = cfg_value(g->config, "NT"), W = cfg_value(g->config, "WARPS");
+    int NT = tu_config_value(g->config, "NT"), W = tu_config_value(g->config, "WARPS");
     assert_string_equal(g->template_name, "twell_ffn");
     assert_int_equal(g->block[0], (unsigned)(32 * W));
     assert_int_equal(g->grid[0], (unsigned)cdiv(p->m, 8 * NT));

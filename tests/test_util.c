@@ -1,5 +1,6 @@
 /* test_util.c: helpers shared by the cmocka tests (see test_util.h). */
 #include "test_util.h"
+#include "generator/generator.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -241,4 +242,13 @@ char *tu_sass(const void *cubin, size_t size)
     }
     if (rc != 0) fail_msg("%s failed (%d): %.500s", cmd, rc, text);
     return text;
+}
+
+int tu_config_value(const char *config, const char *name)
+{
+    gen_config c;
+    if (gen_config_parse(config, &c) != SJ_OK) fail_msg("config '%s': %s", config, sj_last_error());
+    for (int i = 0; i < c.n; i++)
+        if (!strcmp(c.names[i], name)) return c.values[i];
+    return -1;
 }
