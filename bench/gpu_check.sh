@@ -96,15 +96,10 @@ done; done; done
 for tok in 8192; do
   bench --op twell-gate --shape "${tok}x11008x4096" --dtype f16 --sparsity 0.99
 done
-# Tuning one V:N:M shape: budgeted (and, unless --quick, exhaustive); the bench after it uses the winner.
-tune_shape="--op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8 --warmup-ms 10 --rep-ms 40 --top 3"
-tune() {
-  local t0; t0=$(date +%s.%N)
-  "$cli" tune $tune_shape --strategy "$1" 2>&1 | tail -8 >>"$out/tune.txt"
-  echo "tune $1: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s" | tee -a "$out/tune.txt"
-}
-tune random
-[ $quick -eq 0 ] && tune exhaustive
+# Tuning one V:N:M shape: exhaustive, then the budgeted strategy over several seeds, each pick scored
+# by its time in the exhaustive sweep; the bench after it uses the exhaustive winner from the cache.
+seeds=5; [ $quick -eq 1 ] && seeds=3
+OUT="$out" bash "$root/bench/tune_compare.sh" "$cli" $seeds 2>&1 | tee "$out/tune.txt"
 bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
 
@@ -123,7 +118,7 @@ for r in csv.DictReader(open(sys.argv[1])):
 
 echo
 echo "== tests"; cat "$summary"
-echo "== tuning"; grep -E "^tune|best|winner" "$out/tune.txt" | head -8
+echo "== tuning"; cat "$out/tune.txt"
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
 sed -n '3,$p' "$out/RESULTS.fragment.md"
 rm -rf "$work"

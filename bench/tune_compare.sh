@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tune_compare.sh: times the tuner on one V:N:M shape, exhaustively and with the budgeted (random,
+# model-guided) strategy over several seeds, and scores each budgeted pick by its time in the
+# exhaustive run (one sweep, one measurement of every config), so the ratio compares configs, not
+# two processes' clocks. Prints one line per run; writes the JSON of every run to $OUT.
+#
+#   bench/tune_compare.sh SPARSEJIT_CLI [SEEDS]      (default SEEDS: 5)
+set -u -o pipefail
+cli=$1
+seeds=${2:-5}
+out=${OUT:-.}
+shape="--op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8 --dtype f16"
+"$cli" tune $shape --strategy exhaustive --json >"$out/tune_exhaustive.json" 2>>"$out/tune_progress.log" || { echo "tune_compare: exhaustive tune failed"; exit 1; }
+for s in $(seq 1 "$seeds"); do
+  "$cli" tune $shape --strategy random --seed "$s" --no-save --json >"$out/tune_random_$s.json" 2>>"$out/tune_progress.log" ||
+    { echo "tune_compare: random tune (seed $s) failed"; exit 1; }
+done
+python3 - "$out" "$seeds" <<'PY'
+import json, sys
+out, seeds = sys.argv[1], int(sys.argv[2])
+ex = json.load(open(f"{out}/tune_exhaustive.json"))
+times = {t["config"]: t["median_us"] for t in ex["trials"] if t["status"] in ("ok", "noisy")}
+best = min(times.values())
+print(f"tune exhaustive: {ex['space_size']} configs, {ex['trials_done']} measured, {ex['seconds']:.1f} s, "
+      f"best {best:.1f} us ({ex['winner']['config']})")
+within = 0
+for s in range(1, seeds + 1):
+    r = json.load(open(f"{out}/tune_random_{s}.json"))
+    pick = r["winner"]["config"]
+    ratio = times.get(pick, float("nan")) / best
+    within += ratio <= 1.03
+    print(f"tune random seed {s}: {r['trials_done']} trials, {r['seconds']:.1f} s, pick {pick}: "
+          f"{ratio:.3f}x of the exhaustive best (own run {r['winner']['median_us']:.1f} us)")
+print(f"tune random: {within}/{seeds} seeds within 3% of the exhaustive best")
+PY
