@@ -32,6 +32,7 @@ if [ -z "$build" ]; then
     cmake --build "$build" -j"$(nproc)" >>"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
 fi
 cli="$build/sparsejit"
+export SPARSEJIT_CLI="$cli"   # test_lua_script runs the CLI of this build
 export SJ_SOURCE_DIR="$root"
 work=$(mktemp -d /tmp/sparsejit-gpu-check-XXXXXX)
 export SPARSEJIT_CACHE="$work/kernels.db"   # fresh: the numbers include no stale entry
@@ -99,7 +100,7 @@ done
 # Tuning one V:N:M shape: exhaustive, then the budgeted strategy over several seeds, each pick scored
 # by its time in the exhaustive sweep; the bench after it uses the exhaustive winner from the cache.
 seeds=5; [ $quick -eq 1 ] && seeds=3
-OUT="$out" bash "$root/bench/tune_compare.sh" "$cli" $seeds 2>&1 | tee "$out/tune.txt"
+OUT="$out" bash "$root/bench/tune_compare.sh" "$cli" $seeds --warmup-ms 10 --rep-ms 40 2>&1 | tee "$out/tune.txt"
 bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
 

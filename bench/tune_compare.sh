@@ -4,24 +4,32 @@
 # exhaustive run (one sweep, one measurement of every config), so the ratio compares configs, not
 # two processes' clocks. Prints one line per run; writes the JSON of every run to $OUT.
 #
-#   bench/tune_compare.sh SPARSEJIT_CLI [SEEDS]      (default SEEDS: 5)
+#   bench/tune_compare.sh SPARSEJIT_CLI [SEEDS [TUNE_OPTIONS...]]   (default SEEDS: 5; the options,
+#   e.g. --warmup-ms 10 --rep-ms 40, go to every tune alike). EXHAUSTIVE_JSON=FILE scores against
+#   an earlier exhaustive run (`sparsejit tune --strategy exhaustive --json`) instead of a new one.
 set -u -o pipefail
 cli=$1
 seeds=${2:-5}
+shift $(( $# < 2 ? $# : 2 ))
 out=${OUT:-.}
 shape="--op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8 --dtype f16"
-"$cli" tune $shape --strategy exhaustive --json >"$out/tune_exhaustive.json" 2>>"$out/tune_progress.log" || { echo "tune_compare: exhaustive tune failed"; exit 1; }
+if [ -n "${EXHAUSTIVE_JSON:-}" ]; then
+  cp "$EXHAUSTIVE_JSON" "$out/tune_exhaustive.json"
+else
+  "$cli" tune $shape --strategy exhaustive "$@" --json >"$out/tune_exhaustive.json" 2>>"$out/tune_progress.log" ||
+    { echo "tune_compare: exhaustive tune failed"; exit 1; }
+fi
 for s in $(seq 1 "$seeds"); do
-  "$cli" tune $shape --strategy random --seed "$s" --no-save --json >"$out/tune_random_$s.json" 2>>"$out/tune_progress.log" ||
+  "$cli" tune $shape --strategy random --seed "$s" --no-save "$@" --json >"$out/tune_random_$s.json" 2>>"$out/tune_progress.log" ||
     { echo "tune_compare: random tune (seed $s) failed"; exit 1; }
 done
-python3 - "$out" "$seeds" <<'PY'
+python3 - "$out" "$seeds" ${EXHAUSTIVE_JSON:+earlier} <<'PY'
 import json, sys
 out, seeds = sys.argv[1], int(sys.argv[2])
 ex = json.load(open(f"{out}/tune_exhaustive.json"))
 times = {t["config"]: t["median_us"] for t in ex["trials"] if t["status"] in ("ok", "noisy")}
 best = min(times.values())
-print(f"tune exhaustive: {ex['space_size']} configs, {ex['trials_done']} measured, {ex['seconds']:.1f} s, "
+print(f"tune exhaustive{' (earlier run)' if len(sys.argv) > 3 else ''}: {ex['space_size']} configs, {ex['trials_done']} measured, {ex['seconds']:.1f} s, "
       f"best {best:.1f} us ({ex['winner']['config']})")
 within = 0
 for s in range(1, seeds + 1):
@@ -30,6 +38,6 @@ for s in range(1, seeds + 1):
     ratio = times.get(pick, float("nan")) / best
     within += ratio <= 1.03
     print(f"tune random seed {s}: {r['trials_done']} trials, {r['seconds']:.1f} s, pick {pick}: "
-          f"{ratio:.3f}x of the exhaustive best (own run {r['winner']['median_us']:.1f} us)")
+          f"{ratio:.3f}x of the exhaustive best (own run {r['winner']['median_us']:.1f} us, {r.get('finalists', 0)}-way run-off)")
 print(f"tune random: {within}/{seeds} seeds within 3% of the exhaustive best")
 PY

@@ -18,7 +18,7 @@ static void help(void)
            "reference kernel, and stores every trial and the winner (config, cubin, time) in the cache,\n"
            "where every later call on this GPU model finds it.\n\n%s"
            "  --strategy S       exhaustive | random (default random: a sample, then model-picked batches)\n"
-           "  --budget-trials N  candidates to measure (random default: a quarter of the space, 16..128)\n"
+           "  --budget-trials N  candidates to measure (random default: a quarter of the space, 16..256)\n"
            "  --budget-seconds S stop starting candidates after S seconds\n"
            "  --seed N           seed of the random strategy (default 1)\n"
            "  --threads N        NVRTC compile threads (default: CPUs - 1)\n"
@@ -111,7 +111,7 @@ static void print_json(const sj_problem *p, const sj_device_info *d, const sj_tu
            r->strategy, (unsigned long long)o->seed, o->budget_trials, o->budget_seconds, r->space_size,
            r->trials_done, r->trials_rejected, r->seconds, r->compile_seconds, r->saved ? "true" : "false");
     json_string(stdout, d->cache_path);
-    printf(",\"winner\":{\"config\":");
+    printf(",\"finalists\":%d,\"winner\":{\"config\":", r->finalists);
     json_string(stdout, r->config);
     printf(",\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.3f},\"trials\":[", r->median_us, r->p20_us,
            r->p80_us, r->tflops);
@@ -160,8 +160,10 @@ static void print_table(const sj_problem *p, const sj_device_info *d, const sj_t
     printf("  space %d valid configs, %d trials, %d rejected", r->space_size, r->trials_done, r->trials_rejected);
     for (int j = 0; j < n_seen; j++) printf("%s%d %s", j ? ", " : " (", counts[j], seen[j]);
     printf("%s\n", n_seen ? ")" : "");
-    printf("  winner %s: %.2f us median (p20 %.2f, p80 %.2f), %.1f TFLOP/s\n", r->config, r->median_us, r->p20_us,
+    printf("  winner %s: %.2f us median (p20 %.2f, p80 %.2f), %.1f TFLOP/s", r->config, r->median_us, r->p20_us,
            r->p80_us, r->tflops);
+    if (r->finalists > 0) printf(", from a %d-way run-off of the fastest", r->finalists);
+    printf("\n");
     printf("  tuned in %.1f s (NVRTC %.1f s over all threads)%s%s\n", r->seconds, r->compile_seconds,
            r->saved ? ", stored in " : ", not stored", r->saved ? d->cache_path : "");
     free(sorted);

@@ -309,6 +309,7 @@ static void push_tune_result(lua_State *L, const sj_tune_result *r)
     set_number(L, "seconds", r->seconds);
     set_number(L, "compile_seconds", r->compile_seconds);
     set_boolean(L, "saved", r->saved);
+    set_integer(L, "finalists", r->finalists);
     lua_createtable(L, r->n_trials, 0);
     for (int i = 0; i < r->n_trials; i++) {
         const sj_tune_trial *t = &r->trials[i];

@@ -421,7 +421,7 @@ typedef int (*sj_tune_progress_fn)(void *user, const sj_tune_progress *progress)
 typedef struct sj_tune_options {
     sj_tune_strategy strategy;
     int budget_trials;       /* RANDOM: candidates to measure (0: a quarter of the valid space,
-                                16..128); EXHAUSTIVE: 0 = all, else the first N in stable order */
+                                16..256); EXHAUSTIVE: 0 = all, else the first N in stable order */
     double budget_seconds;   /* stop starting new candidates after this many seconds (0: no limit) */
     uint64_t seed;           /* RANDOM: the same seed samples the same candidates */
     double warmup_ms;        /* warm-up budget per candidate (default 25) */
@@ -458,6 +458,8 @@ typedef struct sj_tune_result {
     double seconds;          /* wall time of the whole tuning */
     double compile_seconds;  /* NVRTC time summed over candidates (spread over the threads) */
     int saved;               /* 1 when stored in the cache */
+    int finalists;           /* the sweep's fastest configs re-timed side by side (the run-off) to
+                                name the winner, whose times above come from it; 0: no run-off */
     sj_tune_trial *trials;   /* every trial in the order finished; free with sj_tune_result_free */
     int n_trials;
 } sj_tune_result;
@@ -466,7 +468,8 @@ void sj_tune_result_free(sj_tune_result *result);
 
 /* Tunes the kernel of problem on the context's GPU: enumerates the template's valid configs,
  * compiles them on several threads while the GPU measures the compiled ones, rejects those that
- * disagree with an independent reference kernel, and picks the fastest (ties within 0.5% go to the
+ * disagree with an independent reference kernel, times the rest, then times the four fastest
+ * again in interleaved rounds and picks the fastest of that run-off (ties within 0.5% go to the
  * first in the template's stable order). The trials and the winner are stored in the cache in one
  * transaction, and later op calls on any context with this cache use the winner. A context
  * without a cache stores nothing (result->saved = 0): apply the winner with sj_set_config.

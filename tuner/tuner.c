@@ -2,7 +2,9 @@
  * configs; the calling thread generates their source (the Lua state is single-threaded) and
  * hands it to a pool of NVRTC threads; as cubins come back the calling thread loads each one,
  * gates it against the reference output (harness.c) and times it (measure.c) while the pool
- * compiles the next. The trials and the winner go to the cache in one transaction and the
+ * compiles the next. The sweep's few fastest candidates are then timed again in interleaved
+ * rounds (a run-off): one timing each in a sweep of thousands lets noise, not speed, pick among
+ * near-equal configs. The trials and the winner go to the cache in one transaction and the
  * runtime's resolved kernel for the problem is dropped, so the next op call loads the winner. */
 #include "tuner.h"
 #include "harness.h"
@@ -19,6 +21,8 @@
 #include <unistd.h>
 
 #define TIE_FRACTION 0.005 /* medians within 0.5% are a tie: the stable order decides */
+#define FINALISTS 4        /* the sweep's fastest, re-timed side by side before the winner is named */
+#define RUNOFF_ROUNDS 3
 #define MAX_THREADS 64
 
 const char *sj_tune_strategy_name(sj_tune_strategy s)
@@ -245,17 +249,19 @@ static sj_status keep(tuner *t, job *j)
     return SJ_OK;
 }
 
-/* Drops the cubins that can no longer win: slower than the tie band of the best so far. */
+/* Keeps the cubins of the FINALISTS fastest candidates so far: the run-off's field. */
 static void prune_kept(tuner *t)
 {
-    for (int i = 0; i < t->cap_kept; i++) {
-        job *j = t->kept[i];
-        if (!j) continue;
-        double us = t->s.entries[j->id].time_us;
-        if (us > t->best_us * (1.0 + TIE_FRACTION)) {
-            job_free(j);
-            t->kept[i] = NULL;
+    for (;;) {
+        int n = 0, slowest = -1;
+        for (int i = 0; i < t->cap_kept; i++) {
+            if (!t->kept[i]) continue;
+            n++;
+            if (slowest < 0 || t->s.entries[i].time_us > t->s.entries[slowest].time_us) slowest = i;
         }
+        if (n <= FINALISTS) return;
+        job_free(t->kept[slowest]);
+        t->kept[slowest] = NULL;
     }
 }
 
@@ -377,7 +383,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     tr->p20_us = mr.p20_us;
     tr->p80_us = mr.p80_us;
     tr->tflops = t->flops > 0 ? t->flops / (mr.median_us * 1e-6) / 1e12 : 0;
-    if (t->best_us == 0 || mr.median_us <= t->best_us * (1.0 + TIE_FRACTION)) *kept = 1;
+    *kept = 1; /* a finalist until FINALISTS faster ones are in */
     return SJ_OK;
 }
 
@@ -440,16 +446,73 @@ static sj_status run_pipeline(tuner *t)
                 job_free(j);
                 return st;
             }
+            prune_kept(t);
             if (t->best_us == 0 || tr.median_us < t->best_us) {
                 t->best_us = tr.median_us;
                 snprintf(t->best_config, sizeof t->best_config, "%s", tr.config);
-                prune_kept(t);
             }
         } else {
             job_free(j);
         }
         report_progress(t, &tr);
     }
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The run-off: the kept finalists timed again in RUNOFF_ROUNDS interleaved rounds (so a clock
+ * drift hits them all alike); each scores the median of its round medians, and the fastest wins,
+ * ties within TIE_FRACTION going to the stable order. *winner is the sweep's pick on entry. */
+static sj_status run_off(tuner *t, int *winner, measure_result *won)
+{
+    int ids[FINALISTS], n = 0;
+    for (int i = 0; i < t->cap_kept && n < FINALISTS; i++)
+        if (t->kept[i]) ids[n++] = i;
+    t->res->finalists = 0;
+    if (n < 2) return SJ_OK;
+    loaded_kernel k[FINALISTS];
+    measure_result mr[FINALISTS][RUNOFF_ROUNDS];
+    sj_status st = SJ_OK;
+    int loaded = 0;
+    for (; loaded < n; loaded++) {
+        const job *j = t->kept[ids[loaded]];
+        st = harness_load(t->ctx, t->p, j->cubin, j->entry, j->config, t->tname, j->grid, j->block, j->shared_bytes,
+                          &k[loaded]);
+        if (st != SJ_OK) goto done;
+    }
+    for (int r = 0; r < RUNOFF_ROUNDS; r++)
+        for (int i = 0; i < n; i++) {
+            launch_arg a = { &t->h, &k[i] };
+            if ((st = measure_run(&t->ms, &t->mo, launch_candidate, &a, &mr[i][r])) != SJ_OK)
+                goto done;
+        }
+    double score[FINALISTS], fastest = 0;
+    int median_round[FINALISTS];
+    for (int i = 0; i < n; i++) {
+        double med[RUNOFF_ROUNDS];
+        for (int r = 0; r < RUNOFF_ROUNDS; r++) med[r] = mr[i][r].median_us;
+        qsort(med, RUNOFF_ROUNDS, sizeof *med, by_double);
+        score[i] = med[RUNOFF_ROUNDS / 2];
+        for (int r = 0; r < RUNOFF_ROUNDS; r++)
+            if (mr[i][r].median_us == score[i]) median_round[i] = r;
+        if (fastest == 0 || score[i] < fastest) fastest = score[i];
+    }
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (score[i] > fastest * (1.0 + TIE_FRACTION)) continue;
+        if (best < 0 || t->s.entries[ids[i]].index < t->s.entries[ids[best]].index) best = i;
+    }
+    *winner = ids[best];
+    *won = mr[best][median_round[best]];
+    t->res->finalists = n;
+done:
+    for (int i = 0; i < loaded; i++) harness_unload(&k[i]);
+    if (st != SJ_OK) st = sj_fail_context(st, "tuner: the run-off of the %d fastest configs", n);
+    return st;
 }
 
 static int default_threads(void)
@@ -564,6 +627,8 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
                      res->trials_done, res->trials_rejected, t->last_reason);
         goto done;
     }
+    measure_result won = { 0 };
+    if ((st = run_off(t, &best, &won)) != SJ_OK) goto done;
     const job *w = best < t->cap_kept ? t->kept[best] : NULL;
     for (int i = 0; i < res->n_trials; i++)
         if (!strcmp(res->trials[i].config, t->s.entries[best].config)) {
@@ -574,6 +639,12 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
             res->p80_us = tr->p80_us;
             res->tflops = tr->tflops;
         }
+    if (res->finalists > 0) { /* the run-off's timing of the winner, not the sweep's */
+        res->median_us = won.median_us;
+        res->p20_us = won.p20_us;
+        res->p80_us = won.p80_us;
+        res->tflops = t->flops > 0 ? t->flops / (won.median_us * 1e-6) / 1e12 : 0;
+    }
     if (!w) {
         st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune: the winner's cubin (%s) was not kept", res->config);
         goto done;
