@@ -510,6 +510,34 @@ static void test_budgeted_pick_within_3_percent_of_exhaustive(void **state)
     }
 }
 
+/* The run-off's rule: the median round decides (one fast or slow outlier does not), near-ties go
+ * to the stable order, and the round returned is the one whose timing was the score. */
+static void test_runoff_pick(void **state)
+{
+    const double times[] = {
+        10.0, 13.0, 10.4,  /* A: median 10.4 (its 13.0 outlier does not count)            */
+        9.0, 10.6, 10.7,   /* B: median 10.6, though its fastest round is the fastest of all */
+        10.3, 10.35, 10.2, /* C: median 10.3: the fastest finalist                          */
+    };
+    const uint64_t index[] = { 7, 3, 9 };
+    int round = -1;
+    assert_int_equal(search_runoff_pick(3, 3, times, index, 0.0, &round), 2);
+    assert_int_equal(round, 0);
+    /* A (10.4) is within 1% of C (10.3) and earlier in the stable order. */
+    assert_int_equal(search_runoff_pick(3, 3, times, index, 0.01, &round), 0);
+    assert_int_equal(round, 2);
+    /* With 3% every finalist ties and B has the smallest index. */
+    assert_int_equal(search_runoff_pick(3, 3, times, index, 0.03, &round), 1);
+    assert_int_equal(round, 1);
+    /* Even rounds: the upper median, a value that was measured. */
+    const double two[] = { 5.0, 6.0, 5.5, 5.4 };
+    const uint64_t idx2[] = { 0, 1 };
+    assert_int_equal(search_runoff_pick(2, 2, two, idx2, 0.0, &round), 1);
+    assert_int_equal(round, 0);
+    assert_int_equal(search_runoff_pick(0, 3, times, index, 0.0, &round), -1);
+    assert_int_equal(search_runoff_pick(3, 17, times, index, 0.0, &round), -1);
+}
+
 static void test_ties_go_to_stable_order(void **state)
 {
     gen_space sp = { 0 };
@@ -821,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_model_stage_waits_for_results),
         cmocka_unit_test(test_budgeted_pick_on_measured_h200_spaces),
         cmocka_unit_test(test_budgeted_pick_within_3_percent_of_exhaustive),
+        cmocka_unit_test(test_runoff_pick),
         cmocka_unit_test(test_ties_go_to_stable_order),
         cmocka_unit_test(test_large_space_is_not_enumerated),
         cmocka_unit_test(test_errors_are_reported),

@@ -2,8 +2,8 @@
  * Owns the stable candidate order (mixed radix over the template's params, values in declared
  * order, duplicates dropped), constraint pruning through a validity predicate, the exhaustive
  * strategy and the budgeted one (a seeded random sample, then batches picked by a model of the
- * measurements so far), the visited set that keeps every candidate unique, and the winner rule
- * (fastest; ties within noise go to the stable order). */
+ * measurements so far), the visited set that keeps every candidate unique, and the winner rules
+ * of the sweep and of the run-off (fastest; ties within noise go to the stable order). */
 #include "tuner.h"
 #include "runtime/error.h"
 
@@ -526,5 +526,35 @@ int search_best(const search *s, double tie_frac)
         if (!e->finished || e->time_us <= 0 || e->time_us > fastest * (1.0 + tie_frac)) continue;
         if (best < 0 || e->index < s->entries[best].index) best = i;
     }
+    return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int search_runoff_pick(int n, int n_rounds, const double *times, const uint64_t *index, double tie_frac,
+                       int *median_round)
+{
+    if (n < 1 || n_rounds < 1 || n_rounds > 16) return -1;
+    double fastest = 0, score[64];
+    if (n > 64) n = 64;
+    for (int i = 0; i < n; i++) {
+        double t[16];
+        memcpy(t, times + (size_t)i * n_rounds, sizeof *t * (size_t)n_rounds);
+        qsort(t, (size_t)n_rounds, sizeof *t, cmp_double);
+        score[i] = t[n_rounds / 2]; /* upper median: a value that was measured */
+        if (i == 0 || score[i] < fastest) fastest = score[i];
+    }
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (score[i] > fastest * (1.0 + tie_frac)) continue;
+        if (best < 0 || index[i] < index[best]) best = i;
+    }
+    *median_round = 0;
+    for (int r = 0; r < n_rounds; r++)
+        if (times[(size_t)best * n_rounds + r] == score[best]) *median_round = r;
     return best;
 }

@@ -458,12 +458,6 @@ static sj_status run_pipeline(tuner *t)
     }
 }
 
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The run-off: the kept finalists timed again in RUNOFF_ROUNDS interleaved rounds (so a clock
  * drift hits them all alike); each scores the median of its round medians, and the fastest wins,
  * ties within TIE_FRACTION going to the stable order. *winner is the sweep's pick on entry. */
@@ -490,24 +484,15 @@ static sj_status run_off(tuner *t, int *winner, measure_result *won)
             if ((st = measure_run(&t->ms, &t->mo, launch_candidate, &a, &mr[i][r])) != SJ_OK)
                 goto done;
         }
-    double score[FINALISTS], fastest = 0;
-    int median_round[FINALISTS];
+    double times[FINALISTS * RUNOFF_ROUNDS];
+    uint64_t index[FINALISTS];
     for (int i = 0; i < n; i++) {
-        double med[RUNOFF_ROUNDS];
-        for (int r = 0; r < RUNOFF_ROUNDS; r++) med[r] = mr[i][r].median_us;
-        qsort(med, RUNOFF_ROUNDS, sizeof *med, by_double);
-        score[i] = med[RUNOFF_ROUNDS / 2];
-        for (int r = 0; r < RUNOFF_ROUNDS; r++)
-            if (mr[i][r].median_us == score[i]) median_round[i] = r;
-        if (fastest == 0 || score[i] < fastest) fastest = score[i];
+        index[i] = t->s.entries[ids[i]].index;
+        for (int r = 0; r < RUNOFF_ROUNDS; r++) times[i * RUNOFF_ROUNDS + r] = mr[i][r].median_us;
     }
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (score[i] > fastest * (1.0 + TIE_FRACTION)) continue;
-        if (best < 0 || t->s.entries[ids[i]].index < t->s.entries[ids[best]].index) best = i;
-    }
+    int round = 0, best = search_runoff_pick(n, RUNOFF_ROUNDS, times, index, TIE_FRACTION, &round);
     *winner = ids[best];
-    *won = mr[best][median_round[best]];
+    *won = mr[best][round];
     t->res->finalists = n;
 done:
     for (int i = 0; i < loaded; i++) harness_unload(&k[i]);

@@ -86,6 +86,12 @@ int search_planned(const search *s);
 /* The winner: the fastest measured entry; entries within tie_frac of it go to the earliest in
  * stable order. -1 when none was measured. */
 int search_best(const search *s, double tie_frac);
+/* The run-off's rule: finalist i is scored by the median of its n_rounds timings
+ * (times[i * n_rounds + r], n_rounds <= 16); the fastest wins, ties within tie_frac going to the
+ * smaller stable index. Returns the winner's position in 0..n-1 (-1 if n < 1) and, in
+ * *median_round, the round whose timing was its score. */
+int search_runoff_pick(int n, int n_rounds, const double *times, const uint64_t *index, double tie_frac,
+                       int *median_round);
 
 /* ------------------------------------------------------------------ measurement (measure.c) */
 
