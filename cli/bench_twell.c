@@ -1,7 +1,7 @@
 /* bench_twell.c: bench_op_twell, what `sparsejit bench --op twell-gate | twell-ffn` times.
  *
  * Inputs are uniform [-1, 1) (never zeros) with shifted pre-activations: X[:, d_model-1] = 1
- * and Wg[d_model-1, :] = -b, b chosen so that a fraction SJ_BENCH_SPARSITY (default 0.99; the
+ * and Wg[d_model-1, :] = -b, b chosen so that a fraction problem.twell_sparsity (default 0.99; the
  * bench command sets it from --sparsity) of relu(X . Wg) is zero, independently per token and
  * unit. twell-gate: one launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM
  * of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
@@ -22,19 +22,9 @@ struct bench_case {
     sj_devptr X, WgT, WuT, Wd, Y;
 };
 
-/* SJ_BENCH_SPARSITY as a fraction in [0, 1); 0.99 when unset. */
-static sj_status bench_sparsity(double *out)
-{
-    const char *env = getenv("SJ_BENCH_SPARSITY");
-    *out = 0.99;
-    if (!env || !*env) return SJ_OK;
-    char *end;
-    double s = strtod(env, &end);
-    if (*end || !(s >= 0 && s < 1))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "SJ_BENCH_SPARSITY = '%s': expected a fraction in [0, 1)", env);
-    *out = s;
-    return SJ_OK;
-}
+/* The inputs' fraction of zeros: the problem's twell_sparsity (the CLI and the Lua module set
+ * it, 0.99 by default); a library caller's unspecified 0 gets the same 0.99. */
+static double bench_sparsity(const sj_problem *p) { return p->twell_sparsity > 0 ? p->twell_sparsity : 0.99; }
 
 /* z with P(N(0,1) <= z) = q, by bisection on erfc (q in [0, 1); clamped to +-10). */
 static double normal_quantile(double q)
@@ -88,8 +78,7 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     if (p->op != SJ_OP_TWELL_GATE && p->op != SJ_OP_TWELL_FFN)
         return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: problem op is %s, expected twell-gate or twell-ffn",
                        sj_op_name(p->op));
-    double sparsity;
-    if ((st = bench_sparsity(&sparsity)) != SJ_OK) return st;
+    double sparsity = bench_sparsity(p);
     int ffn = p->op == SJ_OP_TWELL_FFN;
     int64_t d_model = p->k, d_ff = ffn ? p->d_ff : p->n;
     if (d_model < 2) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: d_model = %lld leaves no column for the shift",
@@ -137,8 +126,7 @@ static sj_status launch(sj_context *ctx, bench_case *c)
 static double flops(const sj_problem *p)
 {
     if (p->op == SJ_OP_TWELL_GATE) return 2.0 * (double)p->m * (double)p->n * (double)p->k;
-    double s;
-    if (bench_sparsity(&s) != SJ_OK) s = 0.99; /* setup has refused such a value already */
+    double s = bench_sparsity(p);
     double dense = 2.0 * (double)p->m * (double)p->d_ff * (double)p->k;
     return dense + 2.0 * dense * (1.0 - s);
 }

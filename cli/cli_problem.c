@@ -13,15 +13,18 @@ const char cli_problem_help[] =
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
     "  --vnm V:N:M        V:N:M sparsity for vnm-spmm (default 64:2:8)\n"
     "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
-    "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n";
+    "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n"
+    "  --sparsity S       twell-*: the activations' expected fraction of zeros, in (0, 1) (default\n"
+    "                     0.99); tune and bench generate inputs at it and the cache key carries it\n";
 
-static int out_set, shape_set;
+static int out_set, shape_set, sparsity_set;
 
 void cli_problem_begin(sj_problem *p)
 {
     sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
     out_set = 0;
     shape_set = 0;
+    sparsity_set = 0;
 }
 
 static int parse_ints(const char *s, char sep, long long *v, int n)
@@ -44,7 +47,7 @@ static int parse_ints(const char *s, char sep, long long *v, int n)
 int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
 {
     const char *opt = argv[*i];
-    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", NULL };
+    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", NULL };
     int known = 0;
     for (const char *const *n = names; *n; n++) known |= !strcmp(opt, *n);
     if (!known) return 0;
@@ -90,6 +93,15 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         }
         p->twell_tile = (int)v[0];
         p->twell_capacity = (int)v[1];
+    } else if (!strcmp(opt, "--sparsity")) {
+        char *end;
+        double s = strtod(val, &end);
+        if (end == val || *end || !(s > 0 && s < 1)) {
+            fprintf(stderr, "sparsejit: --sparsity '%s': expected a fraction of zeros in (0, 1), e.g. 0.99\n", val);
+            return -1;
+        }
+        p->twell_sparsity = s;
+        sparsity_set = 1;
     } else {
         if (!parse_ints(val, 0, v, 1)) {
             fprintf(stderr, "sparsejit: --d-ff '%s': expected an integer\n", val);
@@ -115,6 +127,7 @@ int cli_problem_finish(sj_problem *p)
         p->twell_tile = 128;
         p->twell_capacity = 16;
     }
+    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !sparsity_set) p->twell_sparsity = 0.99;
     if (!shape_set) {
         fprintf(stderr, "sparsejit: --shape MxNxK is required\n");
         return 0;

@@ -49,7 +49,6 @@ static void help(void)
            "Times the op's kernel (tuned winner if cached, else the template default) and the dense\n"
            "cuBLAS GEMM(s) it replaces, interleaved over rounds, and prints time, TFLOP/s of useful\n"
            "work and the speedup over cuBLAS.\n\n%s"
-           "  --sparsity S       activation sparsity for twell-* inputs (default 0.99)\n"
            "  --config C         force a tuning config (e.g. BM=128,BN=128)\n"
            "  --rounds N         interleaved rounds of op and cuBLAS timing (default 5)\n"
            "  --no-cublas        skip the cuBLAS baseline\n"
@@ -61,7 +60,7 @@ int cmd_bench(int argc, char **argv)
 {
     sj_problem p;
     cli_problem_begin(&p);
-    const char *config = NULL, *sparsity = NULL;
+    const char *config = NULL;
     int rounds = 5, cublas = 1, csv = 0, json = 0, csv_header = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
@@ -71,7 +70,6 @@ int cmd_bench(int argc, char **argv)
             help();
             return 0;
         } else if (i + 1 < argc && !strcmp(argv[i], "--config")) config = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--sparsity")) sparsity = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
         else if (!strcmp(argv[i], "--csv")) csv = 1;
@@ -86,15 +84,6 @@ int cmd_bench(int argc, char **argv)
     if (rounds < 1 || rounds > 100) {
         fprintf(stderr, "sparsejit bench: --rounds %d: expected 1..100\n", rounds);
         return 2;
-    }
-    if (sparsity) {
-        char *end;
-        double s = strtod(sparsity, &end);
-        if (*end || !(s >= 0 && s < 1)) {
-            fprintf(stderr, "sparsejit bench: --sparsity '%s': expected a fraction in [0, 1)\n", sparsity);
-            return 2;
-        }
-        setenv("SJ_BENCH_SPARSITY", sparsity, 1);
     }
     const bench_op *op = op_for(p.op);
     if (!op) {
@@ -154,8 +143,7 @@ int cmd_bench(int argc, char **argv)
     sj_problem_describe(&p, desc, sizeof desc);
     if (p.op == SJ_OP_VNM_SPMM) snprintf(sp, sizeof sp, "%d:%d:%d", p.vnm_v, p.vnm_n, p.vnm_m);
     else if (p.op == SJ_OP_TWELL_GATE || p.op == SJ_OP_TWELL_FFN)
-        snprintf(sp, sizeof sp, "%s@T%d:C%d", getenv("SJ_BENCH_SPARSITY") ? getenv("SJ_BENCH_SPARSITY") : "0.99",
-                 p.twell_tile, p.twell_capacity);
+        snprintf(sp, sizeof sp, "%g@T%d:C%d", p.twell_sparsity, p.twell_tile, p.twell_capacity);
     const char *origin = ki.origin == SJ_CONFIG_TUNED ? "tuned" : ki.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default";
     const char *source = ki.source == SJ_FROM_COMPILE ? "compiled" : ki.source == SJ_FROM_CACHE ? "cache" : "table";
     sj_device_info d;

@@ -119,7 +119,7 @@ static int parse_colon(const char *s, int *v, int n)
 }
 
 /* The problem fields of table t: op, dtype, out_dtype, shape = {m, n, k} (or m, n, k),
- * vnm = "V:N:M", twell = "T:C", d_ff. */
+ * vnm = "V:N:M", twell = "T:C", d_ff, sparsity (TwELL ops, default 0.99 as on the CLI). */
 static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
 {
     luaL_checktype(L, t, LUA_TTABLE);
@@ -172,6 +172,12 @@ static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
         p->twell_capacity = 16;
     }
     p->d_ff = opt_integer(L, t, "d_ff", 0);
+    if (op == SJ_OP_TWELL_GATE || op == SJ_OP_TWELL_FFN) {
+        p->twell_sparsity = opt_number(L, t, "sparsity", 0.99);
+        if (!(p->twell_sparsity > 0 && p->twell_sparsity < 1))
+            luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
+                       p->twell_sparsity);
+    }
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);
 }
 

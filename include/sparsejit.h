@@ -141,6 +141,11 @@ typedef struct sj_problem {
     int vnm_v, vnm_n, vnm_m;        /* V:N:M for SJ_OP_VNM_SPMM */
     int twell_tile, twell_capacity; /* TwELL tile width T and per-tile capacity C */
     int64_t d_ff;                   /* FFN inner size for SJ_OP_TWELL_FFN */
+    double twell_sparsity;          /* TwELL ops: the fraction of zeros the activations are expected
+                                       to have, in [0, 1); 0: unspecified (tuning then generates
+                                       C/(2T) non-zeros per tile). Timings depend on it, so tuning
+                                       generates inputs at it and the cache key carries it: a winner
+                                       tuned at 0.99 is not reused at 0.999. */
 } sj_problem;
 
 void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
@@ -365,7 +370,9 @@ sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_devi
 sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_host *out);
 sj_status sj_twell_device_free(sj_context *ctx, sj_twell_device *d);
 
-/* The problems of the gate GEMM and of the fused FFN over a TwELL matrix of layout. */
+/* The problems of the gate GEMM and of the fused FFN over a TwELL matrix of layout, with
+ * twell_sparsity unspecified (0): set it to the sparsity tuned for (`sparsejit tune --sparsity`,
+ * 0.99 by default there) so the op finds that winner. */
 sj_status sj_twell_gate_problem(const sj_twell_layout *layout, int64_t d_model, sj_problem *out);
 sj_status sj_twell_ffn_problem(const sj_twell_layout *layout, int64_t d_model, sj_dtype out_dtype,
                                sj_problem *out);

@@ -104,6 +104,10 @@ sj_status sj_problem_validate(const sj_problem *p)
             return sj_fail(SJ_ERR_INVALID_ARGUMENT,
                            "problem.twell_tile = %d, twell_capacity = %d: expected 0 < capacity <= tile",
                            p->twell_tile, p->twell_capacity);
+        if (!(p->twell_sparsity >= 0 && p->twell_sparsity < 1))
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+                           "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)",
+                           p->twell_sparsity);
         if (p->op == SJ_OP_TWELL_FFN && (p->d_ff <= 0 || p->d_ff > SJ_MAX_DIM))
             return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = %lld: expected > 0", (long long)p->d_ff);
     }
@@ -112,16 +116,21 @@ sj_status sj_problem_validate(const sj_problem *p)
 
 void rt_sparsity_text(const sj_problem *p, char *buf, size_t len)
 {
+    /* An unspecified TwELL sparsity keeps the text it had before the field existed, so entries
+     * tuned then still match. */
+    char s[32] = "";
+    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && p->twell_sparsity > 0)
+        snprintf(s, sizeof s, ",S=%.4g", p->twell_sparsity);
     switch (p->op) {
     case SJ_OP_VNM_SPMM:
     case SJ_OP_VNM_COMPRESS:
         snprintf(buf, len, "V=%d,NS=%d,MS=%d", p->vnm_v, p->vnm_n, p->vnm_m);
         break;
     case SJ_OP_TWELL_GATE:
-        snprintf(buf, len, "T=%d,C=%d", p->twell_tile, p->twell_capacity);
+        snprintf(buf, len, "T=%d,C=%d%s", p->twell_tile, p->twell_capacity, s);
         break;
     case SJ_OP_TWELL_FFN:
-        snprintf(buf, len, "T=%d,C=%d,DFF=%lld", p->twell_tile, p->twell_capacity, (long long)p->d_ff);
+        snprintf(buf, len, "T=%d,C=%d,DFF=%lld%s", p->twell_tile, p->twell_capacity, (long long)p->d_ff, s);
         break;
     default:
         if (len) buf[0] = 0;

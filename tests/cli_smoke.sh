@@ -19,6 +19,12 @@ out=$("$cli" gen --op nope --shape 1x1x1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'" || fail "bad --op (got $rc: $out)"
 out=$("$cli" gen --op gemm --shape 64x64x64 --dtype f64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "unknown dtype 'f64'" || fail "bad --dtype (got $rc: $out)"
+"$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.95 | grep -q "mma.sync" || fail "gen twell-ffn"
+for s in 1 0 1.5 -0.1 0.9x; do
+  out=$("$cli" bench --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity "$s" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "sparsity '$s': expected a fraction of zeros in (0, 1)" ||
+    fail "bad --sparsity $s must exit 2 naming it (got $rc: $out)"
+done
 out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
 tmp=$(mktemp -d)

@@ -109,12 +109,15 @@ static void test_gpu_call_without_gpu_raises(void **state)
     run_result r = run_script("gpu.lua",
         "local ok, err = pcall(sparsejit.bench, { op = 'gemm', shape = { 64, 64, 64 } })\n"
         "print('pcall', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn', shape = { 64, 256, 256 }, d_ff = 1024, sparsity = 1.5 })\n"
+        "print('sparsity', ok, err)\n"
         "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
         "print('not reached')\n",
         NULL);
     assert_int_equal(r.rc, 1);
     assert_contains(r.out, "pcall\tfalse\tsparsejit.bench: benchmarking needs a GPU");
-    assert_contains(r.err, "gpu.lua:3: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.out, "sparsity\tfalse\tsparsejit.bench: sparsity 1.5: expected a fraction of zeros in (0, 1)");
+    assert_contains(r.err, "gpu.lua:5: sparsejit.tune: tuning needs a GPU");
     assert_contains(r.err, "stack traceback");
     assert_null(strstr(r.out, "not reached"));
     done(&r);

@@ -292,6 +292,26 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &nk, NULL, "must equal K");
 }
 
+/* The cache key carries the sparsity, so a winner tuned at one is never served at another, and
+ * an unspecified one keeps the key text that entries tuned before the field existed have. */
+static void test_cache_key_carries_sparsity(void **state)
+{
+    sj_twell_layout l;
+    SJ_ASSERT_OK(sj_twell_layout_init(&l, SJ_DTYPE_F16, 2048, 5632, 128, 16));
+    sj_problem p[3];
+    SJ_ASSERT_OK(sj_twell_ffn_problem(&l, 2048, SJ_DTYPE_F16, &p[0]));
+    p[1] = p[0];
+    p[1].twell_sparsity = 0.99;
+    p[2] = p[0];
+    p[2].twell_sparsity = 0.999;
+    const char *want[] = { "T=128,C=16,DFF=5632", "T=128,C=16,DFF=5632,S=0.99", "T=128,C=16,DFF=5632,S=0.999" };
+    for (int i = 0; i < 3; i++) {
+        cache_key k;
+        SJ_ASSERT_OK(rt_cache_key(ctx90, &p[i], &k));
+        assert_string_equal(k.sparsity, want[i]);
+    }
+}
+
 /* The ops refuse bad arguments before they look for a kernel. On a machine whose GPU is sm_90a,
  * ctx90 is a real device context: the fake pointers must then never reach a launch. */
 static void test_api_checks(void **state)
@@ -579,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_defaults_compile),
         cmocka_unit_test(test_sass),
         cmocka_unit_test(test_invalid_configs),
+        cmocka_unit_test(test_cache_key_carries_sparsity),
         cmocka_unit_test(test_api_checks),
         cmocka_unit_test(test_gate_and_ffn_gpu),
         cmocka_unit_test(test_ffn_overflow_gpu),

@@ -8,6 +8,7 @@
 #include "test_util.h"
 #include "runtime/twell_format.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,23 @@ static void test_problems(void **state)
     char desc[256];
     SJ_ASSERT_OK(sj_problem_describe(&p, desc, sizeof desc));
     assert_non_null(strstr(desc, "T=128,C=16,DFF=11008"));
+    /* The sparsity: unspecified by default (the text stays as before), else part of the text the
+     * cache key is made of, and a fraction of zeros in [0, 1). */
+    assert_true(p.twell_sparsity == 0);
+    assert_null(strstr(desc, "S="));
+    p.twell_sparsity = 0.999;
+    SJ_ASSERT_OK(sj_problem_describe(&p, desc, sizeof desc));
+    assert_non_null(strstr(desc, "T=128,C=16,DFF=11008,S=0.999"));
+    sj_problem g;
+    SJ_ASSERT_OK(sj_twell_gate_problem(&l, 4096, &g));
+    g.twell_sparsity = 0.95;
+    SJ_ASSERT_OK(sj_problem_describe(&g, desc, sizeof desc));
+    assert_non_null(strstr(desc, "T=128,C=16,S=0.95"));
+    const double bad[] = { 1.0, -0.25, 1.5, NAN };
+    for (int i = 0; i < 4; i++) {
+        g.twell_sparsity = bad[i];
+        SJ_ASSERT_STATUS(sj_problem_validate(&g), SJ_ERR_INVALID_ARGUMENT, "problem.twell_sparsity");
+    }
     SJ_ASSERT_STATUS(sj_twell_ffn_problem(&l, 0, SJ_DTYPE_F16, &p), SJ_ERR_INVALID_ARGUMENT, "problem.n");
     SJ_ASSERT_STATUS(sj_twell_device_alloc(NULL, &l, &(sj_twell_device){ 0 }), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
 }

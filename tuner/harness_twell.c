@@ -1,9 +1,9 @@
 /* harness_twell.c: the tuner's harnesses for the two TwELL ops of an FFN block.
  *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
- * column 0 of X (all ones) and row 0 of Wg, chosen so that a fraction C / (2T) of H is non-zero:
- * tiles then hold C/2 non-zeros on average and rarely overflow, the regime the capacity C is
- * chosen for (timings depend on the data's sparsity, which the cache key does not carry). The
+ * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity
+ * (timings depend on it; the cache key carries it) or, when that is unspecified, a fraction
+ * C / (2T) of non-zeros: tiles then hold C/2 on average and rarely overflow. The
  * output is read back through sj_twell_download + sj_twell_to_dense (which also validates it),
  * and compared with relu of templates/gemm_reference.lua over the same X and Wg.
  *
@@ -20,9 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Non-zero fraction of the generated activations: C/2 per tile of T on average. */
+/* Non-zero fraction of the generated activations: 1 - twell_sparsity (with at least 64 non-zeros
+ * expected, so the reference has something to compare), else C/2 per tile of T on average. */
 static double target_density(const sj_problem *p)
 {
+    if (p->twell_sparsity > 0) {
+        double cells = (double)p->m * (double)(p->op == SJ_OP_TWELL_FFN ? p->d_ff : p->n);
+        double d = 1.0 - p->twell_sparsity, lo = 64.0 / cells;
+        return d < lo ? (lo < 1 ? lo : 1) : d;
+    }
     double d = (double)p->twell_capacity / (2.0 * p->twell_tile);
     double lo = 1.0 / p->twell_tile;
     return d < lo ? lo : d > 0.5 ? 0.5 : d;
