@@ -275,7 +275,8 @@ static sj_status get(const sj_vnm_host *h, int64_t row, int64_t g, int *p0, int 
 {
     const sj_vnm_layout *l = &h->layout;
     int shift;
-    uint32_t nib = (h->meta[vnm_meta_at(l, row, g, &shift)] >> shift) & 0xfu;
+    size_t w = vnm_meta_at(l, row, g, &shift); /* sets shift: a statement of its own */
+    uint32_t nib = (h->meta[w] >> shift) & 0xfu;
     *p0 = (int)(nib & 3u);
     *p1 = (int)(nib >> 2);
     if (*p0 >= *p1)

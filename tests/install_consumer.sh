@@ -6,6 +6,10 @@ build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+# libcuda is dlopen'ed: the library must not need it at load time, on a machine with no driver
+if readelf -d "$tmp"/prefix/lib/libsparsejit.so | grep -q "libcuda"; then
+  echo "FAIL: libsparsejit.so has a load-time dependency on libcuda"; exit 1
+fi
 mkdir -p "$tmp/app"
 cat >"$tmp/app/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
