@@ -6,7 +6,9 @@
 #
 #   bench/tune_compare.sh SPARSEJIT_CLI [SEEDS [TUNE_OPTIONS...]]   (default SEEDS: 5; the options,
 #   e.g. --warmup-ms 10 --rep-ms 40, go to every tune alike). EXHAUSTIVE_JSON=FILE scores against
-#   an earlier exhaustive run (`sparsejit tune --strategy exhaustive --json`) instead of a new one.
+#   an earlier exhaustive run instead of a new one: its `sparsejit tune --strategy exhaustive
+#   --json` output, or a "config median_us" table such as tests/data/tune_space_vnm_h200_2568.txt
+#   (the H200 sweep of 2026-12-02, 10/40 ms budgets).
 set -u -o pipefail
 cli=$1
 seeds=${2:-5}
@@ -26,8 +28,14 @@ done
 python3 - "$out" "$seeds" ${EXHAUSTIVE_JSON:+earlier} <<'PY'
 import json, sys
 out, seeds = sys.argv[1], int(sys.argv[2])
-ex = json.load(open(f"{out}/tune_exhaustive.json"))
-times = {t["config"]: t["median_us"] for t in ex["trials"] if t["status"] in ("ok", "noisy")}
+text = open(f"{out}/tune_exhaustive.json").read()
+if text.lstrip().startswith("{"):
+    ex = json.loads(text)
+    times = {t["config"]: t["median_us"] for t in ex["trials"] if t["status"] in ("ok", "noisy")}
+else:  # a "config median_us" table
+    times = {c: float(us) for c, us in (l.split() for l in text.splitlines() if l.strip()) if float(us) > 0}
+    ex = {"space_size": len(times), "trials_done": len(times), "seconds": float("nan"),
+          "winner": {"config": min(times, key=times.get)}}
 best = min(times.values())
 print(f"tune exhaustive{' (earlier run)' if len(sys.argv) > 3 else ''}: {ex['space_size']} configs, {ex['trials_done']} measured, {ex['seconds']:.1f} s, "
       f"best {best:.1f} us ({ex['winner']['config']})")
