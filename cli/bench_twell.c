@@ -7,6 +7,7 @@
  * of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
  * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. */
 #include "bench.h"
+#include "cli_problem.h"
 #include "runtime/error.h"
 #include "tuner/harness.h"
 
@@ -24,18 +25,9 @@ struct bench_case {
 
 /* The inputs' fraction of zeros: the problem's twell_sparsity (the CLI and the Lua module set
  * it, 0.99 by default); a library caller's unspecified 0 gets the same 0.99. */
-static double bench_sparsity(const sj_problem *p) { return p->twell_sparsity > 0 ? p->twell_sparsity : 0.99; }
-
-/* z with P(N(0,1) <= z) = q, by bisection on erfc (q in [0, 1); clamped to +-10). */
-static double normal_quantile(double q)
+static double bench_sparsity(const sj_problem *p)
 {
-    double lo = -10, hi = 10;
-    for (int i = 0; i < 100; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
-        else hi = mid;
-    }
-    return 0.5 * (lo + hi);
+    return p->twell_sparsity > 0 ? p->twell_sparsity : CLI_TWELL_SPARSITY;
 }
 
 /* Uploads n random values of dtype (uniform [-1, 1)); column col of every row of width ld is
@@ -93,7 +85,7 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
         return st;
     }
     /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9 */
-    double shift = sqrt((double)(d_model - 1) / 9.0) * normal_quantile(sparsity);
+    double shift = sqrt((double)(d_model - 1) / 9.0) * harness_normal_quantile(sparsity);
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
     if ((st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, &rng, &c->X)) != SJ_OK ||

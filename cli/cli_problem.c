@@ -127,7 +127,7 @@ int cli_problem_finish(sj_problem *p)
         p->twell_tile = 128;
         p->twell_capacity = 16;
     }
-    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !sparsity_set) p->twell_sparsity = 0.99;
+    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !sparsity_set) p->twell_sparsity = CLI_TWELL_SPARSITY;
     if (!shape_set) {
         fprintf(stderr, "sparsejit: --shape MxNxK is required\n");
         return 0;

@@ -3,6 +3,7 @@
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
  * carrying the sparsejit message. One context per Lua state, created on first use. */
 #include "bench.h"
+#include "cli_problem.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
 
@@ -173,7 +174,7 @@ static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
     }
     p->d_ff = opt_integer(L, t, "d_ff", 0);
     if (op == SJ_OP_TWELL_GATE || op == SJ_OP_TWELL_FFN) {
-        p->twell_sparsity = opt_number(L, t, "sparsity", 0.99);
+        p->twell_sparsity = opt_number(L, t, "sparsity", CLI_TWELL_SPARSITY);
         if (!(p->twell_sparsity > 0 && p->twell_sparsity < 1))
             luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
                        p->twell_sparsity);

@@ -83,10 +83,14 @@ static double gemm_like_cost(const char *text)
     return t * (0.96 + 0.08 * (double)(h % 1000) / 1000.0);
 }
 
+typedef double (*cost_fn)(const void *user, const char *config);
+
 /* Runs a search to the end with a pipeline of `lookahead` candidates in flight (the oldest is
- * reported first), as the tuner does. Returns the number issued; ids[] gets the stable indices
- * in issue order. fake_seconds_per_trial advances the clock handed to search_next. */
-static int drive(search *s, int lookahead, double fake_seconds_per_trial, uint64_t *order, int max_order)
+ * reported first, its time from cost), as the tuner does. Returns the number issued; order[]
+ * gets the stable indices in issue order. fake_seconds_per_trial advances the clock handed to
+ * search_next. */
+static int drive_cost(search *s, int lookahead, double fake_seconds_per_trial, uint64_t *order, int max_order,
+                      cost_fn cost, const void *user)
 {
     int *queue = malloc(sizeof *queue * 100000);
     int head = 0, tail = 0, n = 0;
@@ -106,11 +110,20 @@ static int drive(search *s, int lookahead, double fake_seconds_per_trial, uint64
             break;
         }
         int id = queue[head++];
-        SJ_ASSERT_OK(search_report(s, id, gemm_like_cost(s->entries[id].config)));
+        double us = cost(user, s->entries[id].config);
+        assert_true(us > 0);
+        SJ_ASSERT_OK(search_report(s, id, us));
         clock += fake_seconds_per_trial;
     }
     free(queue);
     return n;
+}
+
+static double gemm_like_cost_fn(const void *user, const char *config) { return gemm_like_cost(config); }
+
+static int drive(search *s, int lookahead, double fake_seconds_per_trial, uint64_t *order, int max_order)
+{
+    return drive_cost(s, lookahead, fake_seconds_per_trial, order, max_order, gemm_like_cost_fn, NULL);
 }
 
 static void assert_unique_and_valid(const search *s)
@@ -417,6 +430,8 @@ static double measured_time(const measured_space *m, const char *config)
     return -1;
 }
 
+static double measured_cost(const void *user, const char *config) { return measured_time(user, config); }
+
 static sj_status measured_valid(void *user, const gen_config *c, const char *text, int *valid)
 {
     *valid = measured_time(user, text) > 0;
@@ -435,21 +450,8 @@ static void replay_measured_space(const char *file, int expect_valid)
         SJ_ASSERT_OK(search_init(&s, &m.space, measured_valid, &m, &o));
         assert_int_equal(s.n_valid, expect_valid);
         assert_int_equal(search_planned(&s), 256);
-        int q[4096], head = 0, tail = 0;
-        for (;;) { /* the tuner's pipeline: 30 candidates in flight, oldest reported first */
-            search_step step = SEARCH_DONE;
-            search_candidate c;
-            while (tail - head < 30) {
-                SJ_ASSERT_OK(search_next(&s, 0, &step, &c));
-                if (step != SEARCH_CANDIDATE) break;
-                q[tail++] = c.id;
-            }
-            if (tail == head) break;
-            int id = q[head++];
-            double us = measured_time(&m, s.entries[id].config);
-            assert_true(us > 0);
-            SJ_ASSERT_OK(search_report(&s, id, us));
-        }
+        uint64_t order[1];
+        drive_cost(&s, 30, 0, order, 0, measured_cost, &m); /* the tuner's pipeline depth */
         double got = s.entries[search_best(&s, 0.005)].time_us / m.best;
         within += got <= 1.03;
         sum += got;
@@ -687,6 +689,10 @@ static void test_quantiles(void **state)
     assert_true(measure_quantile(v, 1, 0.8) == 1);
     const double w[4] = { 10, 20, 30, 40 };
     assert_true(measure_quantile(w, 4, 0.5) == 25);
+    /* The normal quantile that sets TwELL inputs' sparsity (values from standard tables). */
+    assert_true(fabs(harness_normal_quantile(0.5)) < 1e-9);
+    assert_true(fabs(harness_normal_quantile(0.99) - 2.326348) < 1e-5);
+    assert_true(fabs(harness_normal_quantile(0.001) + 3.090232) < 1e-5);
 }
 
 

@@ -16,6 +16,7 @@
 #include "generator/generator.h"
 #include "runtime/runtime.h"
 #include "runtime/twell_format.h"
+#include "tuner/harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -358,17 +359,6 @@ typedef struct ffn_data {
     sj_devptr dX, dWgT, dWuT, dWd;
 } ffn_data;
 
-static double normal_quantile(double q)
-{
-    double lo = -10, hi = 10;
-    for (int i = 0; i < 100; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
-        else hi = mid;
-    }
-    return 0.5 * (lo + hi);
-}
-
 static float *to_float(sj_dtype dt, const uint16_t *h, size_t n)
 {
     float *f = malloc(sizeof *f * n);
@@ -402,7 +392,7 @@ static void make_data(sj_context *ctx, ffn_data *d, sj_dtype dt, int64_t M, int6
     tu_fill16(dt, d->WgT, (size_t)(F * D), 1.0f, &rng);
     tu_fill16(dt, d->WuT, (size_t)(F * D), 1.0f, &rng);
     tu_fill16(dt, d->Wd, (size_t)(F * D), 1.0f, &rng);
-    double shift = sqrt((double)(D - 1) / 9.0) * normal_quantile(sparsity);
+    double shift = sqrt((double)(D - 1) / 9.0) * harness_normal_quantile(sparsity);
     for (int64_t r = 0; r < M; r++) d->X[r * D + D - 1] = tu_to16(dt, 1.0f);
     for (int64_t j = 0; j < F; j++) d->WgT[j * D + D - 1] = tu_to16(dt, (float)-shift);
     d->fX = to_float(dt, d->X, (size_t)(M * D));

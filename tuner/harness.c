@@ -338,3 +338,14 @@ sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uin
     free(host);
     return st;
 }
+
+double harness_normal_quantile(double q)
+{
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}

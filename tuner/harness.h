@@ -80,6 +80,9 @@ sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_dev
 /* A new device buffer of n random 16-bit values of dtype, uniform in [-1, 1) (never zeros). */
 sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out);
 uint16_t harness_f32_to_16(sj_dtype dtype, float f);
+/* z with P(N(0,1) <= z) = q, by bisection (q in [0, 1]; clamped to +-10): the shift that makes a
+ * ReLU input zero with probability q. */
+double harness_normal_quantile(double q);
 double harness_16_to_f64(sj_dtype dtype, uint16_t h);
 
 #endif

@@ -71,17 +71,6 @@ static void gate_teardown(harness *h)
 }
 
 /* z with P(N(0,1) > z) = q, by bisection on erfc: only called once per setup. */
-static double normal_upper_quantile(double q)
-{
-    double lo = -10, hi = 10;
-    for (int i = 0; i < 100; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(mid / sqrt(2.0)) > q) lo = mid;
-        else hi = mid;
-    }
-    return 0.5 * (lo + hi);
-}
-
 static sj_status gate_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
@@ -103,7 +92,7 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     harness_fill16(p->dtype, Wg, (size_t)(K * N), 1.0f, &rng);
     if (K >= 2) {
         /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each). */
-        double bias = sqrt((double)(K - 1) / 9.0) * normal_upper_quantile(target_density(p));
+        double bias = sqrt((double)(K - 1) / 9.0) * harness_normal_quantile(1.0 - target_density(p));
         uint16_t one = harness_f32_to_16(p->dtype, 1.0f), b = harness_f32_to_16(p->dtype, (float)-bias);
         for (int64_t r = 0; r < M; r++) X[r * K] = one;
         for (int64_t j = 0; j < N; j++) Wg[j] = b;
