@@ -14,7 +14,7 @@
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) \
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD32) \
     X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) \
-    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemGetInfo)
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemGetInfo) X(cuTensorMapEncodeTiled)
 
 typedef struct sj_cuda_api {
 #define SJ_CU_MEMBER(name) __typeof__(&name) name;

@@ -35,9 +35,20 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_de
         return st;
     const loaded_kernel *k;
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    return rt_twell_gate_launch(ctx, k, p, X, WgT, H, stream);
+}
+
+sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+                               sj_devptr WgT, const sj_twell_device *H, void *stream)
+{
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk };
+    sj_tensor_map map_x, map_w;
+    sj_status st;
+    if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, "TMA descriptor of X")) != SJ_OK ||
+        (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, "TMA descriptor of WgT")) != SJ_OK)
+        return st;
+    void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w };
     return rt_launch(ctx, k, args, stream);
 }
 

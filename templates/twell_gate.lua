@@ -3,15 +3,19 @@
 --
 -- Problem: op "twell-gate", M = tokens, N = d_ff, K = d_model, T / C = TwELL tile / capacity.
 -- Kernel ABI: (const T* X, const T* WgT, unsigned* entries, int* counts, T* spill,
---              int M, int N, int K); X is M x K, WgT is N x K (row j = Wg[:, j]), both
--- row-major, so both operands are K-major in shared memory.
+--              int M, int N, int K, tmX, tmW); X is M x K, WgT is N x K (row j = Wg[:, j]), both
+-- row-major, so both operands are K-major in shared memory; tmX / tmW are their TMA descriptors
+-- (templates/README.md), read by WG=2 only.
 --
 -- Main loop: one CTA computes a BM x BN tile; K is walked in BK slices through a STAGES-deep
 -- cp.async ring in XOR-swizzled shared memory (16-byte chunk c of row r stored at c ^ (r % 8)
 -- for 128-byte rows: ldmatrix conflict free, and exactly the 128-byte swizzle wgmma reads).
 -- WG=1 (sm_90a only): each warpgroup multiplies a 64 x BN slab with wgmma.mma_async from
 -- shared-memory descriptors; WG=0 (any arch): warps of WM x WN use ldmatrix + mma.sync
--- m16n8k16.
+-- m16n8k16. WG=2 (sm_90a only) is WG=1's math fed by a producer warpgroup: one thread issues
+-- TMA loads (64 x 64 boxes, the same 128-byte swizzle) into the ring, full/empty mbarriers per
+-- stage hand slots back and forth, and the consumer warpgroups never wait on each other or on
+-- the loads of a slot they are not about to read (no __syncthreads in the main loop).
 --
 -- Epilogue: ReLU, round to the input dtype, stage the BM x BN tile in shared memory; then one
 -- warp per (row, T-wide tile) -- BN is a multiple of T, so the CTA owns whole tiles -- counts
@@ -26,13 +30,17 @@ local tw = require "lib.twell_common"
 local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "WG" }
 local MAX_ACC = 128   -- fp32 accumulators per thread
 
+-- The warps that compute (WM x WN tiles, or the consumer warpgroups of WG=1/2); WG=2 adds a
+-- producer warpgroup.
 local function warps_of(cfg) return (cfg.BM // cfg.WM) * (cfg.BN // cfg.WN) end
+local function threads_of(cfg) return warps_of(cfg) * 32 + (cfg.WG == 2 and 128 or 0) end
 
 local function smem_bytes(cfg)
   local ring = cfg.STAGES * (cfg.BM + cfg.BN) * cfg.BK * 2
   local stage_out = cfg.BM * (cfg.BN + 8) * 2
-  -- + 1024: the ring base is aligned to 1024 bytes by hand (wgmma's 128-byte swizzle atoms)
-  return math.max(ring, stage_out) + 1024
+  -- + 1024: the ring base is aligned to 1024 bytes by hand (wgmma's 128-byte swizzle atoms);
+  -- WG=2 keeps its full/empty mbarriers past the ring and the staged output
+  return math.max(ring, stage_out) + 1024 + (cfg.WG == 2 and 16 * cfg.STAGES or 0)
 end
 
 local function valid(problem, cfg)
@@ -60,14 +68,15 @@ local function valid(problem, cfg)
   if problem.T < 8 then return false, "T=" .. problem.T .. " must be at least 8" end
   if cfg.STAGES < 2 or cfg.STAGES > 5 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..5" end
   if not tw.member({ 1, 8, 16 }, cfg.GROUP_M) then return false, "GROUP_M must be 1, 8 or 16" end
-  if cfg.WG ~= 0 and cfg.WG ~= 1 then return false, "WG must be 0 or 1" end
-  if cfg.WG == 1 then
-    if problem.arch ~= "sm_90a" then return false, "WG=1 (wgmma) needs sm_90a, the target is " .. tostring(problem.arch) end
-    if BK ~= 64 then return false, "WG=1 needs BK=64 (128-byte swizzled rows)" end
+  if not tw.member({ 0, 1, 2 }, cfg.WG) then return false, "WG must be 0, 1 or 2" end
+  if cfg.WG >= 1 then
+    local wg = "WG=" .. cfg.WG
+    if problem.arch ~= "sm_90a" then return false, wg .. " (wgmma) needs sm_90a, the target is " .. tostring(problem.arch) end
+    if BK ~= 64 then return false, wg .. " needs BK=64 (128-byte swizzled rows)" end
     if BM ~= 64 * (warps // 4) then
-      return false, string.format("WG=1 needs BM = 64 per warpgroup (%d warpgroups, BM=%d)", warps // 4, BM)
+      return false, string.format("%s needs BM = 64 per warpgroup (%d warpgroups, BM=%d)", wg, warps // 4, BM)
     end
-    if BN // 2 > MAX_ACC then return false, "WG=1: BN/2 accumulators exceed " .. MAX_ACC end
+    if BN // 2 > MAX_ACC then return false, wg .. ": BN/2 accumulators exceed " .. MAX_ACC end
   end
   if (BM * BK // 8) % (warps * 32) ~= 0 or (BN * BK // 8) % (warps * 32) ~= 0 then
     return false, "tile chunks must divide evenly among the threads"
@@ -82,7 +91,7 @@ end
 local function space(problem)
   return {
     BM = { 64, 128, 256 }, BN = { 64, 128, 256 }, BK = { 32, 64 }, WM = { 32, 64 }, WN = { 32, 64 },
-    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1 },
+    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1, 2 },
   }
 end
 
@@ -101,7 +110,7 @@ local DEFAULTS = {
 -- first candidate, so the generator reports valid()'s reason.
 local function default(problem)
   local chosen, first
-  local wg = problem.arch == "sm_90a" and 1 or 0
+  local wg = problem.arch == "sm_90a" and 2 or 0
   for _, d in ipairs(DEFAULTS) do
     for stages = 4, 2, -1 do
       local cfg = { BM = d.BM, BN = d.BN, BK = 64, WM = d.WM, WN = d.WN, STAGES = stages, GROUP_M = 8, WG = wg }
@@ -147,10 +156,11 @@ local function generate(problem, cfg)
   local env = {
     prelude = cuda.prelude(problem.dtype), format_c = tw.format_c,
     BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, WM = cfg.WM, WN = cfg.WN, STAGES = cfg.STAGES,
-    GROUP_M = cfg.GROUP_M, WG = cfg.WG, THREADS = warps * 32, WARPS = warps,
+    GROUP_M = cfg.GROUP_M, WG = cfg.WG, THREADS = threads_of(cfg), WARPS = warps,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
     ctype = dt.ctype, pack2 = dt.pack2,
-    wgmma = cfg.WG == 1 and wgmma_fn(dt, cfg.BN) or "",
+    wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
+    BAR_OFF = math.max(cfg.STAGES * (cfg.BM + cfg.BN) * cfg.BK * 2, cfg.BM * (cfg.BN + 8) * 2),
   }
   env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d", problem.dtype, problem.T,
                             problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG)
@@ -173,16 +183,9 @@ local function generate(problem, cfg)
 #define CPR (BK / 8)
 #define HS_LD (BN + 8)
 typedef ${ctype} T;
-$ if WG == 1 then
+$ if WG >= 1 then
+/* sm_90a helpers */ ${hopper}
 /* wgmma of one warpgroup */ ${wgmma}
-__device__ __forceinline__ void sj_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void sj_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void sj_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
-__device__ __forceinline__ void sj_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-/* K-major operand, 128-byte swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart. */
-__device__ __forceinline__ unsigned long long sj_desc_sw128(unsigned addr) {
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62); }
 $ end
 
 /* 16-byte chunk ch of tile row r (XOR swizzle; for 128-byte rows the wgmma 128B pattern). */
@@ -214,7 +217,8 @@ __device__ __forceinline__ void sj_gate_load(T* as, T* bs, const T* __restrict__
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
     const T* __restrict__ X, const T* __restrict__ WgT, unsigned* __restrict__ entries,
-    int* __restrict__ counts, T* __restrict__ spill, int M, int N, int K)
+    int* __restrict__ counts, T* __restrict__ spill, int M, int N, int K,
+    const __grid_constant__ sj_tensor_map tmX, const __grid_constant__ sj_tensor_map tmW)
 {
   extern __shared__ __align__(128) unsigned char sj_smem_raw[];
   /* 1024-byte aligned ring: wgmma's swizzle atoms are addressed from absolute smem bits. */
@@ -234,23 +238,59 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
   const int n0 = ((bid % in_group) / rows_in_group) * BN;
   const int KT = (K + BK - 1) / BK;
 
+$ if WG == 2 then
+  /* full[s]: the TMA loads of slot s landed (one arrival + the bytes); empty[s]: every consumer
+   * warp is done reading it (one arrival per warp). */
+  const sj_u32 full = sj_smem_addr(smem + ${BAR_OFF}), empty = full + 8 * STAGES;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      sj_mbar_init(full + 8 * s, 1);
+      sj_mbar_init(empty + 8 * s, WARPS);
+    }
+    sj_mbar_fence_init();
+  }
+  __syncthreads();
+  if (warp >= WARPS) {                 /* the producer warpgroup: one thread issues every load */
+    sj_setmaxnreg_dec<40>();
+    if (tid == WARPS * 32) {
+      for (int kt = 0; kt < KT; kt++) {
+        const int st = kt % STAGES;
+        if (kt >= STAGES) sj_mbar_wait(empty + 8 * st, ((kt / STAGES) & 1) ^ 1);
+        sj_mbar_expect_tx(full + 8 * st, (BM + BN) * BK * 2);
+#pragma unroll
+        for (int i = 0; i < BM / 64; i++)
+          sj_tma_load_2d(sj_smem_addr(As + st * BM * BK + i * 64 * BK), &tmX, kt * BK, m0 + i * 64, full + 8 * st);
+#pragma unroll
+        for (int i = 0; i < BN / 64; i++)
+          sj_tma_load_2d(sj_smem_addr(Bs + st * BN * BK + i * 64 * BK), &tmW, kt * BK, n0 + i * 64, full + 8 * st);
+      }
+    }
+    return;                            /* the epilogue's barriers count the consumers only */
+  }
+  sj_setmaxnreg_inc<232>();
+$ else
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < KT) sj_gate_load(As + s * BM * BK, Bs + s * BN * BK, X, WgT, s * BK, m0, n0, M, N, K, tid);
     sj_cp_async_commit();
   }
+$ end
 
-$ if WG == 1 then
+$ if WG >= 1 then
   /* Warpgroup wg owns rows 64wg..64wg+63 of the tile, all BN columns. */
   const int wg = warp >> 2;
   float acc[BN / 8][4];
 #pragma unroll
   for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   for (int kt = 0; kt < KT; kt++) {
+    const int st = kt % STAGES;
+$ if WG == 2 then
+    sj_mbar_wait(full + 8 * st, (kt / STAGES) & 1);
+$ else
     sj_cp_async_wait<STAGES - 2>();
     sj_fence_proxy_async();            /* cp.async writes -> visible to the async proxy */
     __syncthreads();
-    const int st = kt % STAGES;
+$ end
     const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
     sj_wgmma_fence();
 #pragma unroll
@@ -258,6 +298,14 @@ $ if WG == 1 then
       sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
     sj_wgmma_commit();
     sj_wgmma_wait<1>();                /* the previous k tile's wgmmas are done */
+$ if WG == 2 then
+    __syncwarp();                      /* ... in this warp: it gives that slot back */
+    if (kt > 0 && lane == 0) sj_mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
+  }
+  sj_wgmma_wait<0>();
+  /* Every consumer is done with the ring before it becomes the staged output. */
+  asm volatile("bar.sync 1, %0;" :: "n"(WARPS * 32) : "memory");
+$ else
     __syncthreads();                   /* ... in every warpgroup: its stage may be refilled */
     const int nk = kt + STAGES - 1;
     if (nk < KT) sj_gate_load(As + (nk % STAGES) * BM * BK, Bs + (nk % STAGES) * BN * BK, X, WgT, nk * BK, m0, n0, M, N, K, tid);
@@ -266,6 +314,7 @@ $ if WG == 1 then
   sj_wgmma_wait<0>();
   sj_cp_async_wait<0>();
   __syncthreads();
+$ end
   T* Hs = (T*)smem;
 #pragma unroll
   for (int j = 0; j < BN / 8; j++) {
@@ -321,7 +370,11 @@ $ else
       *(sj_u32*)(Hs + (r + 8) * HS_LD + c) = ${pack2}(fmaxf(acc[i][j][2], 0.f), fmaxf(acc[i][j][3], 0.f));
     }
 $ end
+$ if WG == 2 then
+  asm volatile("bar.sync 1, %0;" :: "n"(WARPS * 32) : "memory");
+$ else
   __syncthreads();
+$ end
 
   /* TwELL compaction: one warp per (row, tile); lane l holds columns l*VPL .. l*VPL+VPL-1. */
   const int n_tiles = (N + TT - 1) / TT;
@@ -368,7 +421,7 @@ $ end
   local tiles = tw.cdiv(problem.M, cfg.BM) * tw.cdiv(problem.N, cfg.BN)
   return {
     source = src, entry = env.entry,
-    grid = { tiles, 1, 1 }, block = { warps * 32, 1, 1 }, shared = smem_bytes(cfg),
+    grid = { tiles, 1, 1 }, block = { threads_of(cfg), 1, 1 }, shared = smem_bytes(cfg),
   }
 end
 

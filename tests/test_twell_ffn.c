@@ -4,12 +4,14 @@
  * CPU: defaults generate for every dtype pair, ragged shapes and both targets (sm_90a, sm_80),
  * with geometry that matches the config and the target's shared memory; every valid config of
  * both spaces generates, and defaults compile with NVRTC for both targets; the SASS of sm_90a
- * builds uses the intended units (HGMMA for the wgmma gate, HMMA for the mma.sync gate and the
- * FFN, LDGSTS) and never spills; invalid configs are refused with the constraint named; the ops
+ * builds uses the intended units (HGMMA for the wgmma gates, fed by TMA loads and mbarriers in
+ * the warp-specialised default and by LDGSTS in WG=1; HMMA for the mma.sync gate and the FFN)
+ * and never spills; invalid configs are refused with the constraint named; the ops
  * check their arguments before any GPU work.
  * GPU: the gate + TwELL epilogue against relu(X . Wg) in fp64, read back through
  * sj_twell_to_dense (which validates the format), on random inputs with shifted pre-activations
- * from 50% to 99.9% sparsity, ragged shapes, overflowing tiles; the fused FFN against a dense
+ * from 50% to 99.9% sparsity, ragged shapes, overflowing tiles, with each of the gate's three
+ * main loops (TMA + warp specialisation, wgmma over cp.async, mma.sync); the fused FFN against a dense
  * fp64 (H (.) (X . Wu)) . Wd, for the default and explicit configs, and over a host-built
  * TwELL that overflows almost everywhere. Outputs are poisoned before every launch. */
 #include "test_util.h"
@@ -67,20 +69,21 @@ static sj_problem ffn_problem(sj_dtype dt, sj_dtype out, int64_t tokens, int64_t
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* expect_wg: 0 or 1, or -1 for either (a config of the space). */
+/* expect_wg: 0, 1 or 2, or -1 for any (a config of the space). */
 static void check_gate_generated(const sj_problem *p, const sj_generated *g, const char *arch, int expect_wg)
 {
     int BM = tu_config_value(g->config, "BM"), BN = tu_config_value(g->config, "BN"), WG = tu_config_value(g->config, "WG");
     int warps = (BM / tu_config_value(g->config, "WM")) * (BN / tu_config_value(g->config, "WN"));
     assert_string_equal(g->template_name, "twell_gate");
     assert_int_equal(BN % p->twell_tile, 0);      /* a CTA owns whole tiles of its rows */
-    assert_int_equal(g->block[0], (unsigned)(32 * warps));
+    assert_int_equal(g->block[0], (unsigned)(32 * warps + (WG == 2 ? 128 : 0))); /* + the producer warpgroup */
     assert_int_equal(g->grid[0], (unsigned)(cdiv(p->m, BM) * cdiv(p->n, BN)));
     assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
     if (expect_wg >= 0) assert_int_equal(WG, expect_wg);
     if (WG) assert_string_equal(arch, "sm_90a");
     assert_non_null(strstr(g->source, WG ? "wgmma.mma_async.sync.aligned.m64n" : "mma.sync.aligned.m16n8k16"));
     if (!WG) assert_null(strstr(g->source, "wgmma.mma_async"));
+    if (WG == 2) assert_non_null(strstr(g->source, "cp.async.bulk.tensor.2d"));
     assert_non_null(strstr(g->source, "twell_gate.lua"));
     assert_non_null(strstr(g->source, "#line"));
 }
@@ -114,7 +117,7 @@ static void test_defaults_generate(void **state)
                     sj_problem gp = gate_problem(dt, shapes[s][0], shapes[s][2], shapes[s][1], tc[t][0], tc[t][1]);
                     sj_generated *g = NULL;
                     SJ_ASSERT_OK(sj_generate(ctxs[a], &gp, NULL, &g));
-                    check_gate_generated(&gp, g, archs[a], !strcmp(archs[a], "sm_90a")); /* wgmma where it exists */
+                    check_gate_generated(&gp, g, archs[a], strcmp(archs[a], "sm_90a") ? 0 : 2); /* TMA + wgmma where they exist */
                     sj_generated_free(g);
                     for (size_t o = 0; o < 3; o++) {
                         sj_problem fp = ffn_problem(dt, outs[o], shapes[s][0], shapes[s][1], shapes[s][2], tc[t][0], tc[t][1]);
@@ -234,9 +237,19 @@ static void test_sass(void **state)
     }
     assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);   /* wgmma, 4 k-steps of the BK=64 slice */
     assert_int_equal(count(s, "HMMA"), 0);
-    assert_true(count(s, "LDGSTS") >= 2);
+    assert_int_equal(count(s, "UTMALDG.2D"), 6);         /* 2 boxes of X + 4 of WgT per stage */
+    assert_int_equal(count(s, "LDGSTS"), 0);
+    assert_true(count(s, "SYNCS.PHASECHK") >= 2);        /* full and empty waits */
+    assert_true(count(s, "USETMAXREG") >= 2);            /* producer gives registers to the consumers */
     assert_int_equal(count(s, "LDL"), 0);
     assert_int_equal(count(s, "STL"), 0);
+    free(s);
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1");
+    assert_non_null(s);
+    assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);
+    assert_true(count(s, "LDGSTS") >= 2);
+    assert_int_equal(count(s, "UTMALDG"), 0);
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
     s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0");
     assert_non_null(s);
@@ -428,16 +441,20 @@ static void poison_twell(sj_context *ctx, const sj_twell_device *H)
     SJ_ASSERT_OK(sj_memset_u8(ctx, H->spill, 0xFF, H->layout.spill_bytes));
 }
 
-/* Runs the gate into H and returns the dense H it holds (validated by sj_twell_to_dense),
- * after checking it against relu(X . Wg) in fp64 element by element. */
-static uint16_t *gate_and_check(sj_context *ctx, const ffn_data *d, sj_twell_device *H, int64_t *overflow)
+/* Runs the gate (config, or the default when NULL) into H and returns the dense H it holds
+ * (validated by sj_twell_to_dense), after checking it against relu(X . Wg) in fp64 element by
+ * element. */
+static uint16_t *gate_and_check(sj_context *ctx, const ffn_data *d, sj_twell_device *H, const char *config,
+                                int64_t *overflow)
 {
     const sj_twell_layout *l = &H->layout;
     sj_problem p;
     SJ_ASSERT_OK(sj_twell_gate_problem(l, d->D, &p));
     poison_twell(ctx, H);
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, config ? config : ""));
     SJ_ASSERT_OK(sj_twell_gate(ctx, &p, d->dX, d->dWgT, H, NULL));
     SJ_ASSERT_OK(sj_synchronize(ctx));
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
     sj_twell_host h;
     SJ_ASSERT_OK(sj_twell_download(ctx, H, &h));
     uint16_t *dense = malloc(sizeof *dense * (size_t)(d->M * d->F));
@@ -462,9 +479,9 @@ static uint16_t *gate_and_check(sj_context *ctx, const ffn_data *d, sj_twell_dev
         }
     }
     assert_int_equal(bad, 0);
-    fprintf(stderr, "# gate %lldx%lldx%lld T=%d C=%d: sparsity %.4f, %lld overflowing tiles\n", (long long)d->M,
-            (long long)d->F, (long long)d->D, l->tile, l->capacity, 1.0 - (double)nnz / (double)(d->M * d->F),
-            (long long)*overflow);
+    fprintf(stderr, "# gate %lldx%lldx%lld T=%d C=%d, config %s: sparsity %.4f, %lld overflowing tiles\n",
+            (long long)d->M, (long long)d->F, (long long)d->D, l->tile, l->capacity, config ? config : "default",
+            1.0 - (double)nnz / (double)(d->M * d->F), (long long)*overflow);
     return dense;
 }
 
@@ -537,7 +554,13 @@ static void test_gate_and_ffn_gpu(void **state)
         sj_twell_device H;
         SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
         int64_t overflow;
-        uint16_t *dense = gate_and_check(ctx, &d, &H, &overflow);
+        if (i == 0 || i == 2) { /* the other main loops: one consumer warpgroup, wgmma over cp.async, mma.sync */
+            const char *gate_configs[] = { "BM=64,BN=128,BK=64,WM=64,WN=32,STAGES=5,GROUP_M=16,WG=2",
+                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1",
+                                           "BM=64,BN=128,BK=32,WM=32,WN=32,STAGES=3,GROUP_M=1,WG=0" };
+            for (int c = 0; c < 3; c++) free(gate_and_check(ctx, &d, &H, gate_configs[c], &overflow));
+        }
+        uint16_t *dense = gate_and_check(ctx, &d, &H, NULL, &overflow);
         if (cases[i].sparsity <= 0.9) assert_true(overflow > 0); /* the overflow path is exercised */
         double *ref = ffn_reference(&d, dense);
         ffn_and_check(ctx, &d, &H, ref, cases[i].out, NULL);

@@ -116,9 +116,7 @@ done:
 static sj_status gate_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     gate_state *s = h->state;
-    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
-    void *args[] = { &s->X, &s->WgT, &s->H.entries, &s->H.counts, &s->H.spill, &m, &n, &kk };
-    return rt_launch(h->ctx, k, args, stream);
+    return rt_twell_gate_launch(h->ctx, k, &h->problem, s->X, s->WgT, &s->H, stream);
 }
 
 /* Counts of -1 and 0xFF entries: a tile the kernel does not write is invalid when read back. */

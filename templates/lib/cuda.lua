@@ -1,13 +1,16 @@
 -- lib/cuda.lua: the self-contained CUDA prelude every template emits (no #include, so NVRTC
 -- parses a few hundred lines instead of cuda_fp16.h): 16-bit storage types, fp32 conversions,
 -- and inline-PTX wrappers for cp.async, ldmatrix and mma.sync. Templates pick the dtype-specific
--- names through cuda.dtype(problem.dtype).
+-- names through cuda.dtype(problem.dtype). cuda.hopper() adds the sm_90a pieces: wgmma fences
+-- and descriptors, mbarriers, TMA loads and register reallocation.
 local cuda = {}
 
 local prelude = [[
 typedef unsigned short sj_f16;   /* IEEE half, stored as bits */
 typedef unsigned short sj_bf16;  /* bfloat16, stored as bits */
 typedef unsigned int   sj_u32;
+/* A TMA descriptor as the runtime passes it (runtime/tensor_map.c): CUtensorMap's 128 bytes. */
+struct __align__(64) sj_tensor_map { unsigned long long opaque[16]; };
 
 __device__ __forceinline__ float sj_f16_to_f32(sj_f16 h) {
   float f; asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h)); return f; }
@@ -52,6 +55,37 @@ __device__ __forceinline__ void sj_mma_16816(float d[4], const sj_u32 a[4], cons
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
 ]]
 
+local hopper = [[
+__device__ __forceinline__ void sj_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void sj_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void sj_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void sj_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* K-major operand, 128-byte swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart. */
+__device__ __forceinline__ unsigned long long sj_desc_sw128(sj_u32 addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62); }
+__device__ __forceinline__ void sj_mbar_init(sj_u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory"); }
+/* Makes initialised barriers visible to the async proxy (TMA) before anyone uses them. */
+__device__ __forceinline__ void sj_mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void sj_mbar_arrive(sj_u32 bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" :: "r"(bar) : "memory"); }
+/* Arrives once and announces the bytes the TMA loads of this phase will complete. */
+__device__ __forceinline__ void sj_mbar_expect_tx(sj_u32 bar, sj_u32 bytes) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" :: "r"(bar), "r"(bytes) : "memory"); }
+__device__ __forceinline__ void sj_mbar_wait(sj_u32 bar, sj_u32 parity) {
+  sj_u32 done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory"); }
+/* One box (runtime/tensor_map.c) at column x, row y of the descriptor's matrix into dst. */
+__device__ __forceinline__ void sj_tma_load_2d(sj_u32 dst, const sj_tensor_map* map, int x, int y, sj_u32 bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar) : "memory"); }
+template <int R> __device__ __forceinline__ void sj_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
+template <int R> __device__ __forceinline__ void sj_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
+]]
+
 local dtypes = {
   f16  = { ctype = "sj_f16",  ptx = "f16",  to_f32 = "sj_f16_to_f32",  from_f32 = "sj_f32_to_f16",
            pack2 = "sj_pack_f16x2",  size = 2 },
@@ -74,5 +108,8 @@ function cuda.prelude(in_dtype)
   if d.size ~= 2 then error("mma inputs must be f16 or bf16, got " .. in_dtype, 2) end
   return prelude .. (mma_f16:gsub("@T@", d.ptx))
 end
+
+-- The sm_90a helpers (wgmma synchronisation and descriptors, mbarriers, TMA, setmaxnreg).
+function cuda.hopper() return hopper end
 
 return cuda

@@ -1,0 +1,32 @@
+/* tensor_map.c: the TMA descriptors the runtime passes to Hopper kernels. One shape for every
+ * template that asks for them (templates/README.md): a row-major rows x cols matrix of 16-bit
+ * elements read in boxes of 64 rows x 64 columns (128 bytes), 128-byte swizzled, which is the
+ * shared-memory layout wgmma's K-major descriptors read; out-of-range elements arrive as zeros,
+ * so ragged shapes need no masking in the kernel. A fixed box keeps the kernel ABI the same for
+ * every config of a template: a tile of BM rows is BM/64 loads. */
+#include "error.h"
+#include "runtime.h"
+
+#include <string.h>
+
+sj_status rt_tensor_map_rows(sj_context *ctx, sj_tensor_map *map, sj_devptr base, int64_t rows, int64_t cols,
+                             const char *what)
+{
+    memset(map, 0, sizeof *map);
+    /* Only sm_90a kernels read the descriptor; others get zeros (and the encoder is not asked
+     * about a device that has no TMA). */
+    if (strcmp(ctx->arch, "sm_90a") != 0) return SJ_OK;
+    if (cols % 8 || base % 16)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: TMA needs 16-byte aligned rows (cols = %lld, address %% 16 = %d)",
+                       what, (long long)cols, (int)(base % 16));
+    cuuint64_t dims[2] = { (cuuint64_t)cols, (cuuint64_t)rows };
+    cuuint64_t strides[1] = { (cuuint64_t)cols * 2 };
+    cuuint32_t box[2] = { SJ_TMA_BOX, SJ_TMA_BOX }, unit[2] = { 1, 1 };
+    /* The swizzle and the zero fill are the same for f16 and bf16: the type only names 2 bytes. */
+    CUresult r = sj_cu.cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)base, dims,
+                                              strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, what);
+    return SJ_OK;
+}
