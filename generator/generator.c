@@ -26,12 +26,14 @@ struct gen_state {
     int n_hashes;
     char arch[16];
     int max_shared;
+    int sm_count; /* 0: unknown (no GPU) */
 };
 
-void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes)
+void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes, int sm_count)
 {
     snprintf(g->arch, sizeof g->arch, "%s", arch);
     g->max_shared = max_shared_bytes;
+    g->sm_count = sm_count;
 }
 
 int gen_arch_max_shared(const char *arch)
@@ -122,7 +124,7 @@ sj_status gen_open(const char *template_dir, gen_state **out)
     lua_State *L = sandbox_state(g->sb);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "sj.templates");
-    gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"));
+    gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"), 0);
     *out = g;
     return SJ_OK;
 }
@@ -312,6 +314,8 @@ static void push_problem(gen_state *g, lua_State *L, const sj_problem *p)
     lua_setfield(L, -2, "arch");
     lua_pushinteger(L, g->max_shared);
     lua_setfield(L, -2, "SMEM");
+    lua_pushinteger(L, g->sm_count);
+    lua_setfield(L, -2, "SMS");
     lua_pushstring(L, sj_op_name(p->op));
     lua_setfield(L, -2, "op");
     lua_pushstring(L, sj_dtype_name(p->dtype));

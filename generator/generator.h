@@ -23,9 +23,10 @@ typedef struct gen_space {
 sj_status gen_open(const char *template_dir, gen_state **out);
 void gen_close(gen_state *g);
 
-/* The target the problem tables describe to templates: problem.arch ("sm_90a") and
- * problem.SMEM (dynamic shared memory a block may opt into, bytes). Default sm_90a, 232448. */
-void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes);
+/* The target the problem tables describe to templates: problem.arch ("sm_90a"), problem.SMEM
+ * (dynamic shared memory a block may opt into, bytes) and problem.SMS (the device's SM count, 0
+ * when there is no device; the cache key carries it). Default sm_90a, 232448, 0. */
+void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes, int sm_count);
 /* Opt-in shared memory per block of an arch, for contexts without a GPU to ask. */
 int gen_arch_max_shared(const char *arch);
 

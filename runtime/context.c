@@ -198,7 +198,8 @@ sj_status rt_generator(sj_context *ctx, gen_state **out)
         sj_status st = gen_open(ctx->template_dir[0] ? ctx->template_dir : NULL, &ctx->gen);
         if (st != SJ_OK) return st;
         gen_set_target(ctx->gen, ctx->arch,
-                       ctx->has_gpu ? (int)ctx->info.max_shared_per_block_optin : gen_arch_max_shared(ctx->arch));
+                       ctx->has_gpu ? (int)ctx->info.max_shared_per_block_optin : gen_arch_max_shared(ctx->arch),
+                       ctx->has_gpu ? ctx->info.sm_count : 0);
     }
     *out = ctx->gen;
     return SJ_OK;

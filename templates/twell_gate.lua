@@ -16,8 +16,18 @@
 -- TMA loads (64 x 64 boxes, the same 128-byte swizzle) into the ring, full/empty mbarriers per
 -- stage hand slots back and forth, and the consumer warpgroups never wait on each other or on
 -- the loads of a slot they are not about to read (no __syncthreads in the main loop).
+-- CLUSTER=2 (WG=2 only) pairs CTAs of adjacent row tiles and one column tile in a thread-block
+-- cluster: each loads its own X rows and half of the shared WgT tile, multicast into both, so
+-- a CTA pulls (BM + BN/2) rows per k slice from L2 instead of BM + BN. At 128 x 256 that is
+-- 32 KB instead of 48 KB per 4.2 MFLOP: the unpaired kernel needs 8.8 TB/s of L2 at cuBLAS's
+-- rate, above the H200's measured 8.0 (bench/NOTES.md); slots are freed by the consumers of
+-- both CTAs (remote mbarrier arrivals). WG=2 is persistent (a CTA per SM walks the tiles) and
+-- writes TwELL from its accumulators (below), so the producer fills the ring with the next
+-- tile while the consumers finish this one.
 --
--- Epilogue: ReLU, round to the input dtype, stage the BM x BN tile in shared memory; then one
+-- Epilogue (WG=2): per (row, T-wide tile) the 4 lanes that hold a row exchange masks of their
+-- non-zeros; an entry's slot is the count of the row's non-zeros at smaller columns.
+-- Epilogue (WG=0/1): ReLU, round to the input dtype, stage the BM x BN tile in shared memory; then one
 -- warp per (row, T-wide tile) -- BN is a multiple of T, so the CTA owns whole tiles -- counts
 -- the non-zeros (prefix sum over lanes), writes the first C as entries in column order, the
 -- true count, and, when the count exceeds C, the whole tile densely into the spill (the
@@ -27,7 +37,7 @@ local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
 
-local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "WG" }
+local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "WG", "CLUSTER" }
 local MAX_ACC = 128   -- fp32 accumulators per thread
 
 -- The warps that compute (WM x WN tiles, or the consumer warpgroups of WG=1/2); WG=2 adds a
@@ -35,12 +45,17 @@ local MAX_ACC = 128   -- fp32 accumulators per thread
 local function warps_of(cfg) return (cfg.BM // cfg.WM) * (cfg.BN // cfg.WN) end
 local function threads_of(cfg) return warps_of(cfg) * 32 + (cfg.WG == 2 and 128 or 0) end
 
-local function smem_bytes(cfg)
+-- The ring, and past it WG=2's full/empty mbarriers; WG=0/1 stage the output tile in the ring
+-- once the main loop is done (WG=2 writes TwELL from registers while the ring refills).
+local function bar_offset(cfg)
   local ring = cfg.STAGES * (cfg.BM + cfg.BN) * cfg.BK * 2
-  local stage_out = cfg.BM * (cfg.BN + 8) * 2
-  -- + 1024: the ring base is aligned to 1024 bytes by hand (wgmma's 128-byte swizzle atoms);
-  -- WG=2 keeps its full/empty mbarriers past the ring and the staged output
-  return math.max(ring, stage_out) + 1024 + (cfg.WG == 2 and 16 * cfg.STAGES or 0)
+  if cfg.WG == 2 then return ring end
+  return math.max(ring, cfg.BM * (cfg.BN + 8) * 2)
+end
+
+local function smem_bytes(cfg)
+  -- + 1024: the ring base is aligned to 1024 bytes by hand (wgmma's 128-byte swizzle atoms)
+  return bar_offset(cfg) + 1024 + (cfg.WG == 2 and 16 * cfg.STAGES or 0)
 end
 
 local function valid(problem, cfg)
@@ -78,6 +93,11 @@ local function valid(problem, cfg)
     end
     if BN // 2 > MAX_ACC then return false, wg .. ": BN/2 accumulators exceed " .. MAX_ACC end
   end
+  if not tw.member({ 1, 2 }, cfg.CLUSTER) then return false, "CLUSTER must be 1 or 2" end
+  if cfg.CLUSTER == 2 then
+    if cfg.WG ~= 2 then return false, "CLUSTER=2 needs WG=2 (TMA multicast)" end
+    if (BN // 64) % 2 ~= 0 then return false, "CLUSTER=2 needs BN a multiple of 128 (a 64-row box per CTA)" end
+  end
   if (BM * BK // 8) % (warps * 32) ~= 0 or (BN * BK // 8) % (warps * 32) ~= 0 then
     return false, "tile chunks must divide evenly among the threads"
   end
@@ -91,7 +111,7 @@ end
 local function space(problem)
   return {
     BM = { 64, 128, 256 }, BN = { 64, 128, 256 }, BK = { 32, 64 }, WM = { 32, 64 }, WN = { 32, 64 },
-    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1, 2 },
+    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1, 2 }, CLUSTER = { 1, 2 },
   }
 end
 
@@ -113,7 +133,8 @@ local function default(problem)
   local wg = problem.arch == "sm_90a" and 2 or 0
   for _, d in ipairs(DEFAULTS) do
     for stages = 4, 2, -1 do
-      local cfg = { BM = d.BM, BN = d.BN, BK = 64, WM = d.WM, WN = d.WN, STAGES = stages, GROUP_M = 8, WG = wg }
+      local cfg = { BM = d.BM, BN = d.BN, BK = 64, WM = d.WM, WN = d.WN, STAGES = stages, GROUP_M = 8, WG = wg,
+                    CLUSTER = (wg == 2 and d.BN % 128 == 0) and 2 or 1 }
       first = first or cfg
       if valid(problem, cfg) then
         chosen = chosen or cfg
@@ -156,14 +177,14 @@ local function generate(problem, cfg)
   local env = {
     prelude = cuda.prelude(problem.dtype), format_c = tw.format_c,
     BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, WM = cfg.WM, WN = cfg.WN, STAGES = cfg.STAGES,
-    GROUP_M = cfg.GROUP_M, WG = cfg.WG, THREADS = threads_of(cfg), WARPS = warps,
+    GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, THREADS = threads_of(cfg), WARPS = warps,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
     ctype = dt.ctype, pack2 = dt.pack2,
     wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
-    BAR_OFF = math.max(cfg.STAGES * (cfg.BM + cfg.BN) * cfg.BK * 2, cfg.BM * (cfg.BN + 8) * 2),
+    BAR_OFF = bar_offset(cfg),
   }
-  env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d", problem.dtype, problem.T,
-                            problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG)
+  env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d", problem.dtype, problem.T,
+                            problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER)
   local src = emit.render(here(), [[
 /* prelude */ ${prelude}
 /* TwELL format */ ${format_c}
@@ -177,6 +198,7 @@ local function generate(problem, cfg)
 #define THREADS ${THREADS}
 #define STAGES ${STAGES}
 #define GROUP_M ${GROUP_M}
+#define CLUSTER ${CLUSTER}
 #define TT ${TT}
 #define CAP ${CAP}
 #define VPL ${VPL}
@@ -215,7 +237,39 @@ __device__ __forceinline__ void sj_gate_load(T* as, T* bs, const T* __restrict__
   }
 }
 
+/* Origin (m0, n0) of work unit u for the CTA of cluster rank `rank`: a grouped raster over units
+ * of CLUSTER row tiles (GROUP_M units share their B columns in L2); the CTAs of a cluster take
+ * adjacent row tiles of one unit, and a row tile past M loads zeros and writes nothing, so it
+ * can still feed its partner. */
+__device__ __forceinline__ void sj_gate_tile(int u, int rank, int grid_m, int grid_n, int& m0, int& n0) {
+  const int in_group = GROUP_M * grid_n;
+  const int first_m = (u / in_group) * GROUP_M;
+  const int rows_in_group = min(grid_m - first_m, GROUP_M);
+  m0 = ((first_m + (u % in_group) % rows_in_group) * CLUSTER + rank) * BM;
+  n0 = ((u % in_group) / rows_in_group) * BN;
+}
+
+$ if WG == 2 then
+/* A consumer warp gives a ring slot back: to its CTA's producer and, in a cluster, to its
+ * partner's, which multicasts into this CTA's copy of the slot too. */
+__device__ __forceinline__ void sj_gate_release(sj_u32 bar, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+$ if CLUSTER == 2 then
+    sj_mbar_arrive_cta(bar, 0);
+    sj_mbar_arrive_cta(bar, 1);
+$ else
+    sj_mbar_arrive(bar);
+$ end
+  }
+}
+$ end
+
+$ if CLUSTER == 2 then
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(THREADS, 1) ${entry}(
+$ else
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
+$ end
     const T* __restrict__ X, const T* __restrict__ WgT, unsigned* __restrict__ entries,
     int* __restrict__ counts, T* __restrict__ spill, int M, int N, int K,
     const __grid_constant__ sj_tensor_map tmX, const __grid_constant__ sj_tensor_map tmW)
@@ -227,56 +281,157 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
   T* Bs = As + STAGES * BM * BK;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-
-  /* Grouped raster: GROUP_M tile rows share their B columns in L2. */
-  const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-  const int in_group = GROUP_M * grid_n, bid = blockIdx.x;
-  if (bid >= grid_m * grid_n) return;  /* a grid larger than the shape needs does nothing */
-  const int first_m = (bid / in_group) * GROUP_M;
-  const int rows_in_group = min(grid_m - first_m, GROUP_M);
-  const int m0 = (first_m + (bid % in_group) % rows_in_group) * BM;
-  const int n0 = ((bid % in_group) / rows_in_group) * BN;
+  const int grid_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER), grid_n = (N + BN - 1) / BN;
+  const int units = grid_m * grid_n, rank = blockIdx.x % CLUSTER;
   const int KT = (K + BK - 1) / BK;
+  const int n_tiles = (N + TT - 1) / TT;
 
 $ if WG == 2 then
-  /* full[s]: the TMA loads of slot s landed (one arrival + the bytes); empty[s]: every consumer
-   * warp is done reading it (one arrival per warp). */
+  /* Persistent: the CTA (with its cluster partner) walks units u = blockIdx.x / CLUSTER + i *
+   * gridDim.x / CLUSTER, and the ring's slot and phase run on across units, so the producer
+   * loads the next unit while the consumers write this one's TwELL from registers.
+   * full[s]: the TMA loads of slot s landed (one arrival + the bytes); empty[s]: every consumer
+   * warp of the cluster is done reading it (one arrival per warp and CTA). */
   const sj_u32 full = sj_smem_addr(smem + ${BAR_OFF}), empty = full + 8 * STAGES;
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
       sj_mbar_init(full + 8 * s, 1);
-      sj_mbar_init(empty + 8 * s, WARPS);
+      sj_mbar_init(empty + 8 * s, WARPS * CLUSTER);
     }
     sj_mbar_fence_init();
   }
+$ if CLUSTER == 2 then
+  sj_cluster_sync();                   /* both CTAs' barriers exist before either is used */
+$ else
   __syncthreads();
+$ end
+  const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
   if (warp >= WARPS) {                 /* the producer warpgroup: one thread issues every load */
     sj_setmaxnreg_dec<40>();
     if (tid == WARPS * 32) {
-      for (int kt = 0; kt < KT; kt++) {
-        const int st = kt % STAGES;
-        if (kt >= STAGES) sj_mbar_wait(empty + 8 * st, ((kt / STAGES) & 1) ^ 1);
-        sj_mbar_expect_tx(full + 8 * st, (BM + BN) * BK * 2);
+      int it = 0;                      /* k slices issued so far, over all units */
+      for (int u = first_unit; u < units; u += unit_step) {
+        int m0, n0;
+        sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
+        for (int kt = 0; kt < KT; kt++, it++) {
+          const int st = it % STAGES;
+          if (it >= STAGES) sj_mbar_wait(empty + 8 * st, ((it / STAGES) & 1) ^ 1);
+          sj_mbar_expect_tx(full + 8 * st, (BM + BN) * BK * 2);
 #pragma unroll
-        for (int i = 0; i < BM / 64; i++)
-          sj_tma_load_2d(sj_smem_addr(As + st * BM * BK + i * 64 * BK), &tmX, kt * BK, m0 + i * 64, full + 8 * st);
+          for (int i = 0; i < BM / 64; i++)
+            sj_tma_load_2d(sj_smem_addr(As + st * BM * BK + i * 64 * BK), &tmX, kt * BK, m0 + i * 64, full + 8 * st);
 #pragma unroll
-        for (int i = 0; i < BN / 64; i++)
-          sj_tma_load_2d(sj_smem_addr(Bs + st * BN * BK + i * 64 * BK), &tmW, kt * BK, n0 + i * 64, full + 8 * st);
+          for (int i = 0; i < BN / 64 / CLUSTER; i++) {
+            const int r = (rank * (BN / 64 / CLUSTER) + i) * 64;
+$ if CLUSTER == 2 then
+            sj_tma_load_2d_multicast(sj_smem_addr(Bs + st * BN * BK + r * BK), &tmW, kt * BK, n0 + r, full + 8 * st, 3);
+$ else
+            sj_tma_load_2d(sj_smem_addr(Bs + st * BN * BK + r * BK), &tmW, kt * BK, n0 + r, full + 8 * st);
+$ end
+          }
+        }
       }
     }
-    return;                            /* the epilogue's barriers count the consumers only */
+    __syncwarp();
+  } else {
+    sj_setmaxnreg_inc<232>();
+    /* Warpgroup wg owns rows 64wg..64wg+63 of the tile, all BN columns; this thread holds rows
+     * r0 and r0 + 8, columns 8j + 2t4 and 8j + 2t4 + 1 of every j. */
+    const int wg = warp >> 2, r0 = wg * 64 + (warp & 3) * 16 + g;
+    float acc[BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    int it = 0;
+    for (int u = first_unit; u < units; u += unit_step) {
+      int m0, n0;
+      sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
+      for (int kt = 0; kt < KT; kt++, it++) {
+        const int st = it % STAGES;
+        sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
+        const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
+        sj_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ks++)   /* the unit's first product overwrites acc */
+          sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
+        sj_wgmma_commit();
+        sj_wgmma_wait<1>();            /* this warp's wgmmas of the previous slice are done ... */
+        if (kt > 0) sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);   /* ... so its slot is free */
+      }
+      sj_wgmma_wait<0>();
+      sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
+
+      /* TwELL straight from the accumulators. Per (row, tile) the quad of lanes that share g
+       * holds the row's T columns, interleaved by pairs; each lane makes a mask of its non-zeros
+       * in column order (bit 2jj + e: column 8jj + 2t4 + e of the tile), the quad exchanges
+       * masks, and an entry's position is the count of the quad's non-zeros at smaller columns. */
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int row = m0 + r0 + 8 * h;
+#pragma unroll
+        for (int tl = 0; tl < BN / TT; tl++) {
+          const int tile = n0 / TT + tl;
+          sj_u32 v[TT / 8];
+          unsigned long long mine = 0;
+#pragma unroll
+          for (int jj = 0; jj < TT / 8; jj++) {
+            const int j = tl * (TT / 8) + jj;
+            v[jj] = ${pack2}(fmaxf(acc[j][2 * h], 0.f), fmaxf(acc[j][2 * h + 1], 0.f));
+            mine |= (unsigned long long)sj_twell_nz((unsigned short)v[jj]) << (2 * jj);
+            mine |= (unsigned long long)sj_twell_nz((unsigned short)(v[jj] >> 16)) << (2 * jj + 1);
+          }
+          unsigned long long q[4];
+#pragma unroll
+          for (int t = 0; t < 4; t++) q[t] = __shfl_sync(0xffffffffu, mine, (lane & ~3) | t);
+          const unsigned long long any = q[0] | q[1] | q[2] | q[3];
+          const int total = __popcll(q[0]) + __popcll(q[1]) + __popcll(q[2]) + __popcll(q[3]);
+          if (row >= M || tile >= n_tiles) continue;
+          unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
+          int before = 0;              /* the quad's non-zeros at columns < 8jj */
+#pragma unroll
+          for (int jj = 0; jj < TT / 8; jj++) {
+            if (!((any >> (2 * jj)) & 3)) continue;
+            int c[4], lower = 0;
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+              c[t] = __popc((unsigned)(q[t] >> (2 * jj)) & 3u);
+              lower += t < t4 ? c[t] : 0;
+            }
+            const unsigned bits = (unsigned)(mine >> (2 * jj)) & 3u;
+            const int pos = before + lower;
+            if ((bits & 1) && pos < CAP) slots[pos] = sj_twell_entry(8 * jj + 2 * t4, (unsigned short)v[jj]);
+            if ((bits & 2) && pos + (int)(bits & 1) < CAP)
+              slots[pos + (bits & 1)] = sj_twell_entry(8 * jj + 2 * t4 + 1, (unsigned short)(v[jj] >> 16));
+            before += c[0] + c[1] + c[2] + c[3];
+          }
+          if (t4 == 0) counts[(size_t)row * n_tiles + tile] = total;
+          if (total > CAP) {           /* overflow: the whole tile, densely, into the spill */
+            T* sp = spill + (size_t)row * N + (size_t)tile * TT;
+#pragma unroll
+            for (int jj = 0; jj < TT / 8; jj++) {
+              const int col = 8 * jj + 2 * t4;
+              if (tile * TT + col < N) sp[col] = (unsigned short)v[jj];
+              if (tile * TT + col + 1 < N) sp[col + 1] = (unsigned short)(v[jj] >> 16);
+            }
+          }
+        }
+      }
+    }
   }
-  sj_setmaxnreg_inc<232>();
+$ if CLUSTER == 2 then
+  sj_cluster_sync();                   /* neither CTA leaves while its partner may signal its barriers */
+$ end
 $ else
+  const int bid = blockIdx.x / CLUSTER;
+  if (bid >= units) return;            /* a grid larger than the shape needs does nothing */
+  int m0, n0;
+  sj_gate_tile(bid, rank, grid_m, grid_n, m0, n0);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < KT) sj_gate_load(As + s * BM * BK, Bs + s * BN * BK, X, WgT, s * BK, m0, n0, M, N, K, tid);
     sj_cp_async_commit();
   }
-$ end
 
-$ if WG >= 1 then
+$ if WG == 1 then
   /* Warpgroup wg owns rows 64wg..64wg+63 of the tile, all BN columns. */
   const int wg = warp >> 2;
   float acc[BN / 8][4];
@@ -284,13 +439,9 @@ $ if WG >= 1 then
   for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   for (int kt = 0; kt < KT; kt++) {
     const int st = kt % STAGES;
-$ if WG == 2 then
-    sj_mbar_wait(full + 8 * st, (kt / STAGES) & 1);
-$ else
     sj_cp_async_wait<STAGES - 2>();
     sj_fence_proxy_async();            /* cp.async writes -> visible to the async proxy */
     __syncthreads();
-$ end
     const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
     sj_wgmma_fence();
 #pragma unroll
@@ -298,14 +449,6 @@ $ end
       sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
     sj_wgmma_commit();
     sj_wgmma_wait<1>();                /* the previous k tile's wgmmas are done */
-$ if WG == 2 then
-    __syncwarp();                      /* ... in this warp: it gives that slot back */
-    if (kt > 0 && lane == 0) sj_mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
-  }
-  sj_wgmma_wait<0>();
-  /* Every consumer is done with the ring before it becomes the staged output. */
-  asm volatile("bar.sync 1, %0;" :: "n"(WARPS * 32) : "memory");
-$ else
     __syncthreads();                   /* ... in every warpgroup: its stage may be refilled */
     const int nk = kt + STAGES - 1;
     if (nk < KT) sj_gate_load(As + (nk % STAGES) * BM * BK, Bs + (nk % STAGES) * BN * BK, X, WgT, nk * BK, m0, n0, M, N, K, tid);
@@ -314,7 +457,6 @@ $ else
   sj_wgmma_wait<0>();
   sj_cp_async_wait<0>();
   __syncthreads();
-$ end
   T* Hs = (T*)smem;
 #pragma unroll
   for (int j = 0; j < BN / 8; j++) {
@@ -370,14 +512,9 @@ $ else
       *(sj_u32*)(Hs + (r + 8) * HS_LD + c) = ${pack2}(fmaxf(acc[i][j][2], 0.f), fmaxf(acc[i][j][3], 0.f));
     }
 $ end
-$ if WG == 2 then
-  asm volatile("bar.sync 1, %0;" :: "n"(WARPS * 32) : "memory");
-$ else
   __syncthreads();
-$ end
 
   /* TwELL compaction: one warp per (row, tile); lane l holds columns l*VPL .. l*VPL+VPL-1. */
-  const int n_tiles = (N + TT - 1) / TT;
   for (int p = warp; p < BM * (BN / TT); p += WARPS) {
     const int r = p / (BN / TT), tl = p % (BN / TT);
     const int row = m0 + r, tile = n0 / TT + tl;
@@ -416,9 +553,15 @@ $ end
       }
     }
   }
+$ end
 }
 ]], env)
-  local tiles = tw.cdiv(problem.M, cfg.BM) * tw.cdiv(problem.N, cfg.BN)
+  local tiles = cfg.CLUSTER * tw.cdiv(problem.M, cfg.BM * cfg.CLUSTER) * tw.cdiv(problem.N, cfg.BN)
+  -- WG=2 is persistent: one CTA per SM (its ring takes most of the SM's shared memory) when the
+  -- target's SM count is known, walking the tiles in raster order
+  if cfg.WG == 2 and problem.SMS > 0 then
+    tiles = math.min(tiles, cfg.CLUSTER * (problem.SMS // cfg.CLUSTER))
+  end
   return {
     source = src, entry = env.entry,
     grid = { tiles, 1, 1 }, block = { threads_of(cfg), 1, 1 }, shared = smem_bytes(cfg),

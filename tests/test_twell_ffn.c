@@ -77,7 +77,13 @@ static void check_gate_generated(const sj_problem *p, const sj_generated *g, con
     assert_string_equal(g->template_name, "twell_gate");
     assert_int_equal(BN % p->twell_tile, 0);      /* a CTA owns whole tiles of its rows */
     assert_int_equal(g->block[0], (unsigned)(32 * warps + (WG == 2 ? 128 : 0))); /* + the producer warpgroup */
-    assert_int_equal(g->grid[0], (unsigned)(cdiv(p->m, BM) * cdiv(p->n, BN)));
+    int cluster = tu_config_value(g->config, "CLUSTER"); /* CTAs of a cluster take adjacent row tiles */
+    unsigned tiles = (unsigned)(cluster * cdiv(p->m, cluster * BM) * cdiv(p->n, BN));
+    if (WG == 2) /* persistent: whole clusters, at most one CTA per tile (fewer when the GPU's SMs are known) */
+        assert_true(g->grid[0] > 0 && g->grid[0] <= tiles && g->grid[0] % (unsigned)cluster == 0);
+    else
+        assert_int_equal(g->grid[0], tiles);
+    if (cluster == 2) assert_non_null(strstr(g->source, "__cluster_dims__(2, 1, 1)"));
     assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
     if (expect_wg >= 0) assert_int_equal(WG, expect_wg);
     if (WG) assert_string_equal(arch, "sm_90a");
@@ -199,7 +205,7 @@ static void test_defaults_compile(void **state)
         compile_ok(ctx80, &ps[i], NULL);
     }
     /* the mma.sync gate on sm_90a too */
-    compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0");
+    compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
 }
 
 static size_t count(const char *text, const char *needle)
@@ -237,21 +243,23 @@ static void test_sass(void **state)
     }
     assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);   /* wgmma, 4 k-steps of the BK=64 slice */
     assert_int_equal(count(s, "HMMA"), 0);
-    assert_int_equal(count(s, "UTMALDG.2D"), 6);         /* 2 boxes of X + 4 of WgT per stage */
+    assert_int_equal(count(s, "UTMALDG.2D"), 4);         /* 2 boxes of X + 2 of WgT per stage ... */
+    assert_int_equal(count(s, "UTMALDG.2D.MULTICAST"), 2); /* ... the WgT half multicast to the cluster */
+    assert_true(count(s, "UCGABAR_WAIT") >= 2);          /* cluster barriers at the start and the end */
     assert_int_equal(count(s, "LDGSTS"), 0);
     assert_true(count(s, "SYNCS.PHASECHK") >= 2);        /* full and empty waits */
     assert_true(count(s, "USETMAXREG") >= 2);            /* producer gives registers to the consumers */
     assert_int_equal(count(s, "LDL"), 0);
     assert_int_equal(count(s, "STL"), 0);
     free(s);
-    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1");
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1,CLUSTER=1");
     assert_non_null(s);
     assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);
     assert_true(count(s, "LDGSTS") >= 2);
     assert_int_equal(count(s, "UTMALDG"), 0);
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
-    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0");
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
     assert_int_equal(count(s, "HGMMA"), 0);
@@ -282,19 +290,22 @@ static void expect_invalid(sj_context *ctx, const sj_problem *p, const char *cfg
 static void test_invalid_configs(void **state)
 {
     sj_problem gate = gate_problem(SJ_DTYPE_F16, 4096, 11008, 4096, 128, 16);
-    const char *wg1 = "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1";
+    const char *wg1 = "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1";
     expect_invalid(ctx80, &gate, wg1, "needs sm_90a");
-    expect_invalid(ctx90, &gate, "BM=128,BN=64,BK=64,WM=64,WN=32,STAGES=3,GROUP_M=8,WG=0", "multiple of T=128");
-    expect_invalid(ctx90, &gate, "BM=256,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=0", "warps");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=1", "shared memory");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1", "BK=64");
+    expect_invalid(ctx90, &gate, "BM=128,BN=64,BK=64,WM=64,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1", "multiple of T=128");
+    expect_invalid(ctx90, &gate, "BM=256,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=0,CLUSTER=1", "warps");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=1,CLUSTER=1", "shared memory");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1", "BK=64");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=2", "needs WG=2");
+    sj_problem t64 = gate_problem(SJ_DTYPE_F16, 256, 1024, 256, 64, 8);
+    expect_invalid(ctx90, &t64, "BM=64,BN=64,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=2,CLUSTER=2", "multiple of 128");
     sj_problem odd = gate_problem(SJ_DTYPE_F16, 64, 1024, 100, 128, 16);
     expect_invalid(ctx90, &odd, NULL, "multiple of 8");
     sj_problem gate_out = gate;
     gate_out.out_dtype = SJ_DTYPE_F32;
     expect_invalid(ctx90, &gate_out, NULL, "out_dtype must equal dtype");
     sj_problem t100 = gate_problem(SJ_DTYPE_F16, 64, 1024, 64, 100, 16);
-    expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0", "multiple of T=100");
+    expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1", "multiple of T=100");
 
     sj_problem ffn = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16);
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=2,ROUND=16384,UCAP=512,STAGES=4", "accumulators");
@@ -554,11 +565,12 @@ static void test_gate_and_ffn_gpu(void **state)
         sj_twell_device H;
         SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
         int64_t overflow;
-        if (i == 0 || i == 2) { /* the other main loops: one consumer warpgroup, wgmma over cp.async, mma.sync */
-            const char *gate_configs[] = { "BM=64,BN=128,BK=64,WM=64,WN=32,STAGES=5,GROUP_M=16,WG=2",
-                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1",
-                                           "BM=64,BN=128,BK=32,WM=32,WN=32,STAGES=3,GROUP_M=1,WG=0" };
-            for (int c = 0; c < 3; c++) free(gate_and_check(ctx, &d, &H, gate_configs[c], &overflow));
+        if (i == 0 || i == 2) { /* the other main loops: one consumer warpgroup, no cluster, wgmma over cp.async, mma.sync */
+            const char *gate_configs[] = { "BM=64,BN=128,BK=64,WM=64,WN=32,STAGES=5,GROUP_M=16,WG=2,CLUSTER=2",
+                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=1,WG=2,CLUSTER=1",
+                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1",
+                                           "BM=64,BN=128,BK=32,WM=32,WN=32,STAGES=3,GROUP_M=1,WG=0,CLUSTER=1" };
+            for (int c = 0; c < 4; c++) free(gate_and_check(ctx, &d, &H, gate_configs[c], &overflow));
         }
         uint16_t *dense = gate_and_check(ctx, &d, &H, NULL, &overflow);
         if (cases[i].sparsity <= 0.9) assert_true(overflow > 0); /* the overflow path is exercised */

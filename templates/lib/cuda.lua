@@ -82,6 +82,19 @@ __device__ __forceinline__ void sj_mbar_wait(sj_u32 bar, sj_u32 parity) {
 __device__ __forceinline__ void sj_tma_load_2d(sj_u32 dst, const sj_tensor_map* map, int x, int y, sj_u32 bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                :: "r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar) : "memory"); }
+/* The same box into the same offset of every CTA in cta_mask, signalling each one's barrier. */
+__device__ __forceinline__ void sj_tma_load_2d_multicast(sj_u32 dst, const sj_tensor_map* map, int x, int y, sj_u32 bar,
+                                                         unsigned short cta_mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar), "h"(cta_mask) : "memory"); }
+/* Arrives on the barrier at the same offset in CTA cta of the cluster. */
+__device__ __forceinline__ void sj_mbar_arrive_cta(sj_u32 bar, sj_u32 cta) {
+  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [ra]; }"
+               :: "r"(bar), "r"(cta) : "memory"); }
+/* Every thread of every CTA in the cluster. */
+__device__ __forceinline__ void sj_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int R> __device__ __forceinline__ void sj_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
 template <int R> __device__ __forceinline__ void sj_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
 ]]
