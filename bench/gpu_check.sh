@@ -95,9 +95,10 @@ for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90
   [ $lean -eq 1 ] && { [ "$sp" = 0.90 ] || [ "$sp" = 0.95 ]; } && continue
   bench --op twell-ffn --shape "${tok}x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
 done; done; done
-for tok in 8192; do
-  bench --op twell-gate --shape "${tok}x11008x4096" --dtype f16 --sparsity 0.99
-done
+# The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.
+for dt in $dtypes; do for shape in 2048x5632x2048 8192x11008x4096; do
+  bench --op twell-gate --shape "$shape" --dtype $dt --sparsity 0.99
+done; done
 # Tuning one V:N:M shape: exhaustive, then the budgeted strategy over several seeds, each pick scored
 # by its time in the exhaustive sweep; the bench after it uses the exhaustive winner from the cache.
 # --lean leaves it out: the exhaustive sweep alone takes ~150 s on an H200.
