@@ -21,14 +21,14 @@
 --   4. down: every warp multiplies P^T (rounded to the input dtype) with the Wd rows of the
 --      group over its own output columns: Y_b^T += Wd[J, cols]^T . P^T.
 -- The k order of the up product and the output-column order of the down product are
--- permuted inside each 64-wide chunk so every thread reads 16 contiguous bytes per row; the
+-- permuted inside each 64-wide chunk so every copy instruction reads whole sectors; the
 -- weights stream through per-thread cp.async staging (each thread reads back only what it
 -- copied, so no barrier guards the ring).
 --
 -- Traffic: a token block reads the WuT and Wd rows of the union of its tokens' active units,
 -- 4*D bytes per unit: the limit of the kernel is how many distinct units a block activates.
--- (On an H200 those rows streamed at 2.2-2.4 TB/s whatever WARPS and STAGES; the up phase's two
--- 16-byte copies per thread each touch half of four 32-byte sectors, a known 2x on that half.)
+-- (On an H200 those rows streamed at 2.2-2.4 TB/s whatever WARPS and STAGES while the up
+-- phase's copies each touched half of four 32-byte sectors; they now read whole ones.)
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
@@ -162,6 +162,17 @@ typedef ${otype} OutT;
 /* Thread-private cp.async staging: [stage][warp][piece 0..3][lane] x 16 bytes. */
 __device__ __forceinline__ unsigned char* sj_stage(unsigned char* stg, int stage, int warp, int piece, int lane) {
   return stg + ((((stage * WARPS + warp) * 4 + piece) * 32 + lane) << 4);
+}
+
+/* The up product's weights of one (group, 64-wide k chunk) for this thread: 16-byte pieces of
+ * rows ra (unit g) and rb (unit g + 8) at chunk columns k = 8t and k + 32, so each copy
+ * instruction of the warp reads whole 32-byte sectors (two per row); columns past D read as 0. */
+__device__ __forceinline__ void sj_ffn_up_load(unsigned char* stg, int stage, int warp, int lane, const T* ra,
+                                               const T* rb, const T* any, int k, int D) {
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 0, lane)), k < D ? ra + k : any, k < D ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 1, lane)), k + 32 < D ? ra + k + 32 : any, k + 32 < D ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 2, lane)), k < D ? rb + k : any, k < D ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 3, lane)), k + 32 < D ? rb + k + 32 : any, k + 32 < D ? 16 : 0);
 }
 
 /* Position in the round's unit list of round-local column c (set in mask). */
@@ -314,13 +325,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
           if (fp < fe) {
-            const int grp = fp / KCH, k = (fp % KCH) * 64 + 16 * t;
-            const T* ra = WuR + (size_t)jl[c0 + grp * 16 + g] * D + k;
-            const T* rb = WuR + (size_t)jl[c0 + grp * 16 + g + 8] * D + k;
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 0, lane)), k < D ? ra : WuT, k < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 1, lane)), k + 8 < D ? ra + 8 : WuT, k + 8 < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 2, lane)), k < D ? rb : WuT, k < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 3, lane)), k + 8 < D ? rb + 8 : WuT, k + 8 < D ? 16 : 0);
+            const int grp = fp / KCH, k = (fp % KCH) * 64 + 8 * t;
+            sj_ffn_up_load(stg, s, warp, lane, WuR + (size_t)jl[c0 + grp * 16 + g] * D, WuR + (size_t)jl[c0 + grp * 16 + g + 8] * D, WuT, k, D);
             fp++;
           }
           sj_cp_async_commit();
@@ -333,13 +339,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
           sj_cp_async_wait<STAGES - 2>();
           if (fp < fe) {
             const int ps = (stage + STAGES - 1) % STAGES;
-            const int grp = fp / KCH, k = (fp % KCH) * 64 + 16 * t;
-            const T* ra = WuR + (size_t)jl[c0 + grp * 16 + g] * D + k;
-            const T* rb = WuR + (size_t)jl[c0 + grp * 16 + g + 8] * D + k;
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 0, lane)), k < D ? ra : WuT, k < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 1, lane)), k + 8 < D ? ra + 8 : WuT, k + 8 < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 2, lane)), k < D ? rb : WuT, k < D ? 16 : 0);
-            sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 3, lane)), k + 8 < D ? rb + 8 : WuT, k + 8 < D ? 16 : 0);
+            const int grp = fp / KCH, k = (fp % KCH) * 64 + 8 * t;
+            sj_ffn_up_load(stg, ps, warp, lane, WuR + (size_t)jl[c0 + grp * 16 + g] * D, WuR + (size_t)jl[c0 + grp * 16 + g + 8] * D, WuT, k, D);
             fp++;
           }
           sj_cp_async_commit();
@@ -350,9 +351,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
           const uint4 pb1 = *(const uint4*)sj_stage(stg, stage, warp, 3, lane);
 #pragma unroll
           for (int n = 0; n < NT; n++) {
-            const T* xr = Xs + (g + 8 * n) * XLD + kc * 64 + 16 * t;
-            const uint4 x0 = *(const uint4*)xr, x1 = *(const uint4*)(xr + 8);
-            /* k order inside the chunk: logical (2t+e | 2t+8+e) of step s = 16t + 4s + (e | 2+e) */
+            const T* xr = Xs + (g + 8 * n) * XLD + kc * 64 + 8 * t;
+            const uint4 x0 = *(const uint4*)xr, x1 = *(const uint4*)(xr + 32);
+            /* k order inside the chunk: logical (2t+e | 2t+8+e) of step s = 32(s/2) + 8t + 4(s%2) + (e | 2+e) */
             sj_u32 a[4], b[2];
             a[0] = pa0.x; a[1] = pb0.x; a[2] = pa0.y; a[3] = pb0.y; b[0] = x0.x; b[1] = x0.y; sj_mma_16816(u[n], a, b);
             a[0] = pa0.z; a[1] = pb0.z; a[2] = pa0.w; a[3] = pb0.w; b[0] = x0.z; b[1] = x0.w; sj_mma_16816(u[n], a, b);
