@@ -14,8 +14,8 @@ sj_status rt_tensor_map_rows(sj_context *ctx, sj_tensor_map *map, sj_devptr base
 {
     memset(map, 0, sizeof *map);
     /* Only sm_90a kernels read the descriptor; others get zeros (and the encoder is not asked
-     * about a device that has no TMA). */
-    if (strcmp(ctx->arch, "sm_90a") != 0) return SJ_OK;
+     * about a device that has no TMA, nor called where libcuda is not loaded). */
+    if (!ctx->has_gpu || strcmp(ctx->arch, "sm_90a") != 0) return SJ_OK;
     if (cols % 8 || base % 16)
         return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: TMA needs 16-byte aligned rows (cols = %lld, address %% 16 = %d)",
                        what, (long long)cols, (int)(base % 16));
