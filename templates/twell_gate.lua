@@ -210,6 +210,7 @@ $ if WG >= 1 then
 /* wgmma of one warpgroup */ ${wgmma}
 $ end
 
+$ if WG ~= 2 then
 /* 16-byte chunk ch of tile row r (XOR swizzle; for 128-byte rows the wgmma 128B pattern). */
 __device__ __forceinline__ int sj_swz(int r, int ch) {
 $ if BK == 64 then
@@ -236,6 +237,7 @@ __device__ __forceinline__ void sj_gate_load(T* as, T* bs, const T* __restrict__
     sj_cp_async16(sj_smem_addr(bs + r * BK + sj_swz(r, ch) * 8), ok ? WgT + (size_t)gr * K + gk : WgT, ok ? 16 : 0);
   }
 }
+$ end
 
 /* Origin (m0, n0) of work unit u for the CTA of cluster rank `rank`: a grouped raster over units
  * of CLUSTER row tiles (GROUP_M units share their B columns in L2); the CTAs of a cluster take
