@@ -16,7 +16,8 @@ cli=$1
 seeds=${2:-5}
 shift $(( $# < 2 ? $# : 2 ))
 out=${OUT:-.}
-shape="--op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8 --dtype f16"
+mnk=2048x2048x2048 vnm=64:2:8 dtype=f16   # the one shape, for the tunes and the re-timing alike
+shape="--op vnm-spmm --shape $mnk --vnm $vnm --dtype $dtype"
 if [ -n "${EXHAUSTIVE_JSON:-}" ]; then
   cp "$EXHAUSTIVE_JSON" "$out/tune_exhaustive.json"
 else
@@ -27,10 +28,11 @@ for s in $(seq 1 "$seeds"); do
   "$cli" tune $shape --strategy random --seed "$s" --no-save "$@" --json >"$out/tune_random_$s.json" 2>>"$out/tune_progress.log" ||
     { echo "tune_compare: random tune (seed $s) failed"; exit 1; }
 done
-python3 - "$out" "$seeds" "$cli" "$(dirname "$0")/tune_recheck.lua" "${RECHECK_ROUNDS:-5}" ${EXHAUSTIVE_JSON:+earlier} <<'PY'
+python3 - "$out" "$seeds" "$cli" "$(dirname "$0")/tune_recheck.lua" "${RECHECK_ROUNDS:-5}" "shape=$mnk" "vnm=$vnm" "dtype=$dtype" ${EXHAUSTIVE_JSON:+earlier} <<'PY'
 import json, subprocess, sys
 out, seeds, cli, recheck, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-earlier = len(sys.argv) > 6
+problem = sys.argv[6:9]
+earlier = len(sys.argv) > 9
 text = open(f"{out}/tune_exhaustive.json").read()
 if text.lstrip().startswith("{"):
     ex = json.loads(text)
@@ -45,7 +47,7 @@ print(f"tune exhaustive{' (earlier run)' if earlier else ''}: {ex['space_size']}
 runs = [json.load(open(f"{out}/tune_random_{s}.json")) for s in range(1, seeds + 1)]
 top = sorted(times, key=times.get)[:3]
 configs = list(dict.fromkeys(top + [r["winner"]["config"] for r in runs]))
-res = subprocess.run([cli, "run", recheck, "shape=2048x2048x2048", "vnm=64:2:8", "dtype=f16", f"rounds={rounds}",
+res = subprocess.run([cli, "run", recheck, *problem, f"rounds={rounds}",
                       "configs=" + ";".join(configs)], capture_output=True, text=True)
 if res.returncode != 0:
     sys.exit(f"tune_compare: the same-process re-timing failed: {res.stderr.strip()}")
