@@ -78,7 +78,7 @@ local function valid(problem, cfg)
   if cfg.NT ~= 1 and cfg.NT ~= 2 then return false, "NT must be 1 or 2" end
   if not tw.member({ 1024, 4096, 16384 }, cfg.ROUND) then return false, "ROUND must be 1024, 4096 or 16384" end
   if not tw.member({ 128, 256, 512, 1024 }, cfg.UCAP) then return false, "UCAP must be 128, 256, 512 or 1024" end
-  if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES must be 2..4" end
+  if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
   local g = geometry(problem, cfg)
   if g.RCOLS > 65536 then return false, "round of " .. g.RCOLS .. " columns exceeds the 16-bit unit list" end
   -- 65536 registers per SM, one CTA per SM: the fp32 output block must leave room for the rest
@@ -95,7 +95,7 @@ end
 
 local function space(problem)
   return { WARPS = { 8, 16 }, NT = { 1, 2 }, ROUND = { 1024, 4096, 16384 }, UCAP = { 128, 256, 512, 1024 },
-           STAGES = { 2, 3, 4 } }
+           STAGES = { 2, 3, 4, 6 } }
 end
 
 local DEFAULTS = {

@@ -204,6 +204,7 @@ local function generate(problem, cfg)
 #define VPL ${VPL}
 #define CPR (BK / 8)
 #define HS_LD (BN + 8)
+#define SEGS ((BN / 8 + 15) / 16)
 typedef ${ctype} T;
 $ if WG >= 1 then
 /* sm_90a helpers */ ${hopper}
@@ -362,57 +363,74 @@ $ end
       sj_wgmma_wait<0>();
       sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
 
-      /* TwELL straight from the accumulators. Per (row, tile) the quad of lanes that share g
-       * holds the row's T columns, interleaved by pairs; each lane makes a mask of its non-zeros
-       * in column order (bit 2jj + e: column 8jj + 2t4 + e of the tile), the quad exchanges
-       * masks, and an entry's position is the count of the quad's non-zeros at smaller columns. */
+      /* TwELL straight from the accumulators. The quad of lanes that shares g holds rows r0 and
+       * r0 + 8 of the tile, interleaved by pairs: lane t4 has columns 8j + 2t4 + e (e = 0, 1) of
+       * chunk j. Per row and segment of 16 chunks a lane makes a 32-bit mask of its non-zeros
+       * (bit jl for e = 0, 16 + jl for e = 1, jl = j % 16) and the quad exchanges them; a
+       * non-zero's slot is the count of its tile's non-zeros at smaller columns: all four lanes'
+       * at the tile's earlier chunks, lanes below t4 at chunk j, and its own e = 0 neighbour.
+       * Every element costs a few independent instructions (all masks are built, then all
+       * exchanged); only non-zeros take the slower path. This part ran at the tensor cores'
+       * expense: the consumers are the only warps that can issue the next tile's wgmmas. */
+      sj_u32 v[2][BN / 8], mine[2][SEGS], q[2][SEGS][4];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int s = 0; s < SEGS; s++) mine[h][s] = 0;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          v[h][j] = ${pack2}(fmaxf(acc[j][2 * h], 0.f), fmaxf(acc[j][2 * h + 1], 0.f));
+          acc[j][2 * h] = acc[j][2 * h + 1] = 0.f;   /* dead until the next unit: room for v */
+          /* bit 15 / 31: the low / high half is non-zero (+0 and -0 are zeros; the low half's
+           * sum stays below 0x10000, so nothing carries into the high half) */
+          mine[h][j / 16] |= (((v[h][j] & 0x7fff7fffu) + 0x7fff7fffu) & 0x80008000u) >> (15 - j % 16);
+        }
+#pragma unroll
+        for (int s = 0; s < SEGS; s++)
+#pragma unroll
+          for (int t = 0; t < 4; t++) q[h][s][t] = __shfl_sync(0xffffffffu, mine[h][s], (lane & ~3) | t);
+      }
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int row = m0 + r0 + 8 * h;
+        if (row >= M) continue;
 #pragma unroll
         for (int tl = 0; tl < BN / TT; tl++) {
           const int tile = n0 / TT + tl;
-          sj_u32 v[TT / 8];
-          unsigned long long mine = 0;
-#pragma unroll
-          for (int jj = 0; jj < TT / 8; jj++) {
-            const int j = tl * (TT / 8) + jj;
-            v[jj] = ${pack2}(fmaxf(acc[j][2 * h], 0.f), fmaxf(acc[j][2 * h + 1], 0.f));
-            mine |= (unsigned long long)sj_twell_nz((unsigned short)v[jj]) << (2 * jj);
-            mine |= (unsigned long long)sj_twell_nz((unsigned short)(v[jj] >> 16)) << (2 * jj + 1);
-          }
-          unsigned long long q[4];
-#pragma unroll
-          for (int t = 0; t < 4; t++) q[t] = __shfl_sync(0xffffffffu, mine, (lane & ~3) | t);
-          const unsigned long long any = q[0] | q[1] | q[2] | q[3];
-          const int total = __popcll(q[0]) + __popcll(q[1]) + __popcll(q[2]) + __popcll(q[3]);
-          if (row >= M || tile >= n_tiles) continue;
+          if (tile >= n_tiles) continue;
           unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
-          int before = 0;              /* the quad's non-zeros at columns < 8jj */
+          int before = 0;              /* the tile's non-zeros at chunks < jj (of earlier segments) */
 #pragma unroll
           for (int jj = 0; jj < TT / 8; jj++) {
-            if (!((any >> (2 * jj)) & 3)) continue;
-            int c[4], lower = 0;
+            /* chunk j is bit jl of segment s; the tile's chunks in s start at lo */
+            const int j = tl * (TT / 8) + jj, s = j / 16, jl = j % 16, lo = jj > jl ? 0 : jl - jj;
+            if (mine[h][s] & (0x10001u << jl)) {
+              const sj_u32 below = ((1u << jl) - (1u << lo)) * 0x10001u, upto = below | (0x10001u << jl);
+              int pos = before;
 #pragma unroll
-            for (int t = 0; t < 4; t++) {
-              c[t] = __popc((unsigned)(q[t] >> (2 * jj)) & 3u);
-              lower += t < t4 ? c[t] : 0;
+              for (int t = 0; t < 4; t++) pos += __popc(q[h][s][t] & (t < t4 ? upto : below));
+              const int col = 8 * jj + 2 * t4;
+              if (mine[h][s] & (1u << jl)) {
+                if (pos < CAP) slots[pos] = sj_twell_entry(col, (unsigned short)v[h][j]);
+                pos++;
+              }
+              if ((mine[h][s] & (0x10000u << jl)) && pos < CAP) slots[pos] = sj_twell_entry(col + 1, (unsigned short)(v[h][j] >> 16));
             }
-            const unsigned bits = (unsigned)(mine >> (2 * jj)) & 3u;
-            const int pos = before + lower;
-            if ((bits & 1) && pos < CAP) slots[pos] = sj_twell_entry(8 * jj + 2 * t4, (unsigned short)v[jj]);
-            if ((bits & 2) && pos + (int)(bits & 1) < CAP)
-              slots[pos + (bits & 1)] = sj_twell_entry(8 * jj + 2 * t4 + 1, (unsigned short)(v[jj] >> 16));
-            before += c[0] + c[1] + c[2] + c[3];
+            if (jl == 15 || jj == TT / 8 - 1) {   /* the segment's last chunk of this tile */
+              const sj_u32 in_tile = ((2u << jl) - (1u << lo)) * 0x10001u;
+              before += __popc(q[h][s][0] & in_tile) + __popc(q[h][s][1] & in_tile) +
+                        __popc(q[h][s][2] & in_tile) + __popc(q[h][s][3] & in_tile);
+            }
           }
-          if (t4 == 0) counts[(size_t)row * n_tiles + tile] = total;
-          if (total > CAP) {           /* overflow: the whole tile, densely, into the spill */
+          if (t4 == 0) counts[(size_t)row * n_tiles + tile] = before;
+          if (before > CAP) {          /* overflow: the whole tile, densely, into the spill */
             T* sp = spill + (size_t)row * N + (size_t)tile * TT;
 #pragma unroll
             for (int jj = 0; jj < TT / 8; jj++) {
               const int col = 8 * jj + 2 * t4;
-              if (tile * TT + col < N) sp[col] = (unsigned short)v[jj];
-              if (tile * TT + col + 1 < N) sp[col + 1] = (unsigned short)(v[jj] >> 16);
+              const sj_u32 x = v[h][tl * (TT / 8) + jj];
+              if (tile * TT + col < N) sp[col] = (unsigned short)x;
+              if (tile * TT + col + 1 < N) sp[col + 1] = (unsigned short)(x >> 16);
             }
           }
         }

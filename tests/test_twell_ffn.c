@@ -587,6 +587,29 @@ static void test_gate_and_ffn_gpu(void **state)
     }
 }
 
+/* The gate's default main loop at tile widths the benchmark does not use: several tiles per
+ * 128-column mask (T = 16, 32) and a tile spanning two of them (T = 256), ragged, some tiles
+ * overflowing. */
+static void test_gate_tile_widths_gpu(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    ffn_data d;
+    make_data(ctx, &d, SJ_DTYPE_F16, 77, 264, 1000, 0.8);
+    const int widths[][2] = { { 16, 2 }, { 32, 4 }, { 256, 24 } };
+    for (int i = 0; i < 3; i++) {
+        sj_twell_layout l;
+        SJ_ASSERT_OK(sj_twell_layout_init(&l, d.dt, d.M, d.F, widths[i][0], widths[i][1]));
+        sj_twell_device H;
+        SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
+        int64_t overflow;
+        free(gate_and_check(ctx, &d, &H, NULL, &overflow));
+        assert_true(overflow > 0);
+        SJ_ASSERT_OK(sj_twell_device_free(ctx, &H));
+    }
+    free_data(ctx, &d);
+}
+
 /* The FFN over a host-built TwELL (independent of the gate) whose small C makes nearly every
  * tile overflow into the spill. */
 static void test_ffn_overflow_gpu(void **state)
@@ -627,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_cache_key_carries_sparsity),
         cmocka_unit_test(test_api_checks),
         cmocka_unit_test(test_gate_and_ffn_gpu),
+        cmocka_unit_test(test_gate_tile_widths_gpu),
         cmocka_unit_test(test_ffn_overflow_gpu),
     };
     return TU_RUN_TESTS(tests, setup, teardown);
