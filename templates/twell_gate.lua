@@ -370,8 +370,8 @@ $ end
        * non-zero's slot is the count of its tile's non-zeros at smaller columns: all four lanes'
        * at the tile's earlier chunks, lanes below t4 at chunk j, and its own e = 0 neighbour.
        * Every element costs a few independent instructions (all masks are built, then all
-       * exchanged); only non-zeros take the slower path. This part ran at the tensor cores'
-       * expense: the consumers are the only warps that can issue the next tile's wgmmas. */
+       * exchanged); only non-zeros take the slower path. The tensor cores idle meanwhile (the
+       * consumers are the only warps that issue wgmmas), so every instruction here counts. */
       sj_u32 v[2][BN / 8], mine[2][SEGS], q[2][SEGS][4];
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -399,7 +399,7 @@ $ end
           const int tile = n0 / TT + tl;
           if (tile >= n_tiles) continue;
           unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
-          int before = 0;              /* the tile's non-zeros at chunks < jj (of earlier segments) */
+          int before = 0;              /* the tile's non-zeros in its earlier segments */
 #pragma unroll
           for (int jj = 0; jj < TT / 8; jj++) {
             /* chunk j is bit jl of segment s; the tile's chunks in s start at lo */
