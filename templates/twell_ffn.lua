@@ -20,10 +20,18 @@
 --      partial products, times h, are added into P (fp32, shared memory);
 --   4. down: every warp multiplies P^T (rounded to the input dtype) with the Wd rows of the
 --      group over its own output columns: Y_b^T += Wd[J, cols]^T . P^T.
--- The k order of the up product and the output-column order of the down product are
--- permuted inside each 64-wide chunk so every copy instruction reads whole sectors; the
--- weights stream through per-thread cp.async staging (each thread reads back only what it
--- copied, so no barrier guards the ring).
+-- How the weight rows reach shared memory (PIPE):
+--   PIPE=0 (any arch): every thread copies its own 16-byte pieces with cp.async into private
+--     staging (each thread reads back only what it copied, so no barrier guards the ring). The
+--     k order of the up product and the output-column order of the down product are permuted
+--     inside each 64-wide chunk so every copy instruction reads whole sectors.
+--   PIPE=1 (sm_90a): a producer warp streams the group's 16 rows with bulk copies (TMA, one
+--     instruction per 1 KB row piece, no per-thread address work) into a STAGES-deep ring of
+--     16-row x 512-column pieces with full/empty mbarriers, pitch 1040 bytes so ldmatrix reads
+--     it conflict free; up and down alternate per group: every consumer warp multiplies its
+--     64 (or 32) columns of each piece, the warps' partial U^T meet in shared memory behind one
+--     named barrier (double buffered by group), and the down product reads the Wd pieces
+--     transposed with ldmatrix. The ring never drains between groups, only between chunks.
 --
 -- Traffic: a token block reads the WuT and Wd rows of the union of its tokens' active units,
 -- 4*D bytes per unit: the limit of the kernel is how many distinct units a block activates.
@@ -33,7 +41,7 @@ local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
 
-local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES" }
+local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES", "PIPE" }
 
 -- Geometry derived from problem and config (all compile-time constants of the kernel).
 local function geometry(problem, cfg)
@@ -50,13 +58,27 @@ local function geometry(problem, cfg)
   g.USLD = cfg.UCAP + 8                         -- P row pitch (floats): conflict-free float2 reads
   local function align16(x) return (x + 15) // 16 * 16 end
   g.XS_BYTES = align16(g.BT * g.XLD * 2)
-  g.STG_BYTES = cfg.STAGES * cfg.WARPS * 4 * 32 * 16
-  g.US_BYTES = align16(g.BT * g.USLD * 4)
+  if cfg.PIPE == 1 then
+    g.PIECE = 512                               -- columns of a row piece (1 KB)
+    g.NPC = tw.cdiv(g.D, g.PIECE)               -- pieces per row
+    g.SLICE = g.PIECE // cfg.WARPS              -- a consumer warp's columns of a piece
+    g.MW = g.SLICE // 16                        -- its m16 tiles per piece in the down product
+    g.ROWB = g.PIECE * 2 + 16                   -- ring row pitch (bytes): 16-byte skew per row
+    g.STAGE_B = 16 * g.ROWB
+    g.PLD = 24                                  -- partial U^T row pitch (floats): conflict-free float2 reads
+    g.STG_BYTES = cfg.STAGES * g.STAGE_B
+    g.US_BYTES = align16(2 * cfg.WARPS * g.BT * g.PLD * 4)
+    g.MT = g.NPC * g.MW
+  else
+    g.STG_BYTES = cfg.STAGES * cfg.WARPS * 4 * 32 * 16
+    g.US_BYTES = align16(g.BT * g.USLD * 4)
+  end
   g.HG_BYTES = align16(g.BT * cfg.UCAP * 2)
   g.JL_BYTES = align16((g.RCOLS + 16) * 2)
   g.MASK_BYTES = align16(g.MASKW * 4)
   g.CNT_BYTES = align16(g.BT * g.RT * 4)
   g.smem = g.XS_BYTES + g.STG_BYTES + g.US_BYTES + g.HG_BYTES + g.JL_BYTES + 2 * g.MASK_BYTES + g.CNT_BYTES + 16
+  if cfg.PIPE == 1 then g.smem = g.smem + 16 * cfg.STAGES end   -- the full / empty mbarriers
   g.acc = g.MT * cfg.NT * 4
   return g
 end
@@ -79,6 +101,14 @@ local function valid(problem, cfg)
   if not tw.member({ 1024, 4096, 16384 }, cfg.ROUND) then return false, "ROUND must be 1024, 4096 or 16384" end
   if not tw.member({ 128, 256, 512, 1024 }, cfg.UCAP) then return false, "UCAP must be 128, 256, 512 or 1024" end
   if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
+  if cfg.PIPE ~= 0 and cfg.PIPE ~= 1 then return false, "PIPE must be 0 or 1" end
+  if cfg.PIPE == 1 then
+    if problem.arch ~= "sm_90a" then return false, "PIPE=1 (bulk copies, mbarriers) needs sm_90a, the target is " .. tostring(problem.arch) end
+    local slice = 512 // cfg.WARPS
+    if problem.N % slice ~= 0 then
+      return false, string.format("PIPE=1 needs d_model=%d a multiple of %d (512 / WARPS)", problem.N, slice)
+    end
+  end
   local g = geometry(problem, cfg)
   if g.RCOLS > 65536 then return false, "round of " .. g.RCOLS .. " columns exceeds the 16-bit unit list" end
   -- 65536 registers per SM, one CTA per SM: the fp32 output block must leave room for the rest
@@ -95,7 +125,7 @@ end
 
 local function space(problem)
   return { WARPS = { 8, 16 }, NT = { 1, 2 }, ROUND = { 1024, 4096, 16384 }, UCAP = { 128, 256, 512, 1024 },
-           STAGES = { 2, 3, 4, 6 } }
+           STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 } }
 end
 
 local DEFAULTS = {
@@ -112,7 +142,7 @@ local DEFAULTS = {
 local function default(problem)
   local cfg
   for _, d in ipairs(DEFAULTS) do
-    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES }
+    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0 }
     if valid(problem, cfg) then return cfg end
   end
   return cfg
@@ -134,16 +164,21 @@ local function generate(problem, cfg)
   local env = {
     WARPS = cfg.WARPS, NT = cfg.NT, UCAP = cfg.UCAP, STAGES = cfg.STAGES, TT = problem.T, CAP = problem.C,
     ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, pack2 = dt.pack2, out_f16 = ot.size == 2,
-    opack2 = ot.pack2,
+    opack2 = ot.pack2, ofrom = ot.from_f32, PIPE = cfg.PIPE, hopper = cfg.PIPE == 1 and cuda.hopper() or "",
   }
   for k, v in pairs(g) do env[k] = v end
-  env.entry = string.format("sj_twell_ffn_%s_%s_t%dc%d_d%d_f%d_w%d_nt%d_r%d_u%d_s%d", problem.dtype, problem.out_dtype,
-                            problem.T, problem.C, g.D, problem.DFF, cfg.WARPS, cfg.NT, g.RCOLS, cfg.UCAP, cfg.STAGES)
+  env.entry = string.format("sj_twell_ffn_%s_%s_t%dc%d_d%d_f%d_w%d_nt%d_r%d_u%d_s%d_p%d", problem.dtype, problem.out_dtype,
+                            problem.T, problem.C, g.D, problem.DFF, cfg.WARPS, cfg.NT, g.RCOLS, cfg.UCAP, cfg.STAGES,
+                            cfg.PIPE)
   local src = emit.render(here(), [[
 #define BT ${BT}
 #define NT ${NT}
 #define WARPS ${WARPS}
+$ if PIPE == 1 then
+#define THREADS (WARPS * 32 + 32)    /* + the producer warp */
+$ else
 #define THREADS (WARPS * 32)
+$ end
 #define TT ${TT}
 #define CAP ${CAP}
 #define RT ${RT}
@@ -158,7 +193,19 @@ local function generate(problem, cfg)
 #define STAGES ${STAGES}
 typedef ${ctype} T;
 typedef ${otype} OutT;
+$ if PIPE == 1 then
+#define PIECE ${PIECE}
+#define NPC ${NPC}
+#define SLICE ${SLICE}
+#define MW ${MW}
+#define ROWB ${ROWB}
+#define STAGE_B ${STAGE_B}
+#define PLD ${PLD}
+#define CONSUMERS (WARPS * 32)
+/* sm_90a helpers */ ${hopper}
+$ end
 
+$ if PIPE == 0 then
 /* Thread-private cp.async staging: [stage][warp][piece 0..3][lane] x 16 bytes. */
 __device__ __forceinline__ unsigned char* sj_stage(unsigned char* stg, int stage, int warp, int piece, int lane) {
   return stg + ((((stage * WARPS + warp) * 4 + piece) * 32 + lane) << 4);
@@ -174,6 +221,22 @@ __device__ __forceinline__ void sj_ffn_up_load(unsigned char* stg, int stage, in
   sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 2, lane)), k < D ? rb + k : any, k < D ? 16 : 0);
   sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 3, lane)), k + 32 < D ? rb + k + 32 : any, k + 32 < D ? 16 : 0);
 }
+$ end
+
+$ if PIPE == 1 then
+/* The ring slot of use it, once its pieces have landed. */
+__device__ __forceinline__ int sj_ring_acquire(sj_u32 full, int it) {
+  const int st = it % STAGES;
+  sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
+  return st;
+}
+
+/* This consumer warp is done reading slot st. */
+__device__ __forceinline__ void sj_ring_release(sj_u32 empty, int st, int lane) {
+  __syncwarp();
+  if (lane == 0) sj_mbar_arrive(empty + 8 * st);
+}
+$ end
 
 /* Position in the round's unit list of round-local column c (set in mask). */
 __device__ __forceinline__ int sj_pos(const unsigned* mask, const int* pref, int c) {
@@ -187,8 +250,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
 {
   extern __shared__ __align__(16) unsigned char smem[];
   T* Xs = (T*)smem;                                               /* BT x XLD */
-  unsigned char* stg = smem + ${XS_BYTES};                        /* staging ring */
-  float* Us = (float*)(stg + ${STG_BYTES});                       /* P, BT x USLD */
+  unsigned char* stg = smem + ${XS_BYTES};                        /* staging ring (PIPE=1: the piece ring) */
+  float* Us = (float*)(stg + ${STG_BYTES});                       /* P, BT x USLD (PIPE=1: partial U^T) */
   unsigned short* Hg = (unsigned short*)((unsigned char*)Us + ${US_BYTES});   /* h, BT x UCAP */
   unsigned short* jl = (unsigned short*)((unsigned char*)Hg + ${HG_BYTES});   /* unit list */
   unsigned* mask = (unsigned*)((unsigned char*)jl + ${JL_BYTES});
@@ -199,6 +262,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
   const int r0 = blockIdx.x * BT;
   if (r0 >= M) return;                /* a grid larger than the shape needs does nothing */
   const int n_tiles = (F + TT - 1) / TT;
+$ if PIPE == 1 then
+  /* full[s]: the 16 row pieces of slot s landed; empty[s]: every consumer warp is done with it.
+   * it counts ring uses over the whole kernel, the producer's and each consumer's alike. */
+  const sj_u32 full = sj_smem_addr(nsh + 4), empty = full + 8 * STAGES;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      sj_mbar_init(full + 8 * s, 1);
+      sj_mbar_init(empty + 8 * s, WARPS);
+    }
+    sj_mbar_fence_init();           /* visible to the copies after the first __syncthreads */
+  }
+  int it = 0;
+$ end
 
   /* X_b -> shared memory (rows past M and columns past D are zero). */
   for (int c = tid; c < BT * KCH * 8; c += THREADS) {
@@ -282,7 +358,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
     for (int c0 = 0; c0 < nu; c0 += UCAP) {
       const int nc = min(UCAP, nu - c0), ng = (nc + 15) >> 4;
       /* 2a. zero P and h of this chunk */
+$ if PIPE == 0 then
       for (int i = tid; i < BT * USLD; i += THREADS) Us[i] = 0.f;
+$ end
       for (int i = tid; i < BT * UCAP / 2; i += THREADS) ((unsigned*)Hg)[i] = 0u;
       __syncthreads();
       /* 2b. h of the chunk's units, by token */
@@ -318,6 +396,104 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
       sj_cp_async_wait<0>();                                        /* X_b (first chunk) */
       __syncthreads();
 
+$ if PIPE == 1 then
+      if (warp == WARPS) {            /* producer: per group the up pieces (WuT), then the down ones (Wd) */
+        if (lane == 0) {
+          for (int grp = 0; grp < ng; grp++)
+            for (int half = 0; half < 2; half++) {
+              const T* src = half ? WdR : WuR;
+#pragma unroll 1
+              for (int p = 0; p < NPC; p++, it++) {
+                const int st = it % STAGES;
+                if (it >= STAGES) sj_mbar_wait(empty + 8 * st, ((it / STAGES) & 1) ^ 1);
+                const int bytes = min(PIECE, D - PIECE * p) * 2;
+                sj_mbar_expect_tx(full + 8 * st, 16 * bytes);
+                const sj_u32 dst = sj_smem_addr(stg + st * STAGE_B);
+#pragma unroll
+                for (int r = 0; r < 16; r++)
+                  sj_bulk_load(dst + r * ROWB, src + (size_t)jl[c0 + grp * 16 + r] * D + PIECE * p, bytes, full + 8 * st);
+              }
+            }
+        }
+        __syncwarp();
+      } else {
+        /* ldmatrix row addresses: A of the up product (units x k), X_b (tokens x k), and the
+         * transposed Wd piece (units x output columns) of the down product */
+        const sj_u32 up_row = (lane & 15) * ROWB + (SLICE * warp + 8 * (lane >> 4)) * 2;
+        const sj_u32 dn_row = ((lane & 7) + 8 * (lane >> 4)) * ROWB + (SLICE * warp + 8 * ((lane >> 3) & 1)) * 2;
+        const sj_u32 x_row = sj_smem_addr(Xs + (lane & 7) * XLD + 8 * (lane >> 3));
+        for (int grp = 0; grp < ng; grp++) {
+          float u[NT][4];
+#pragma unroll
+          for (int n = 0; n < NT; n++) u[n][0] = u[n][1] = u[n][2] = u[n][3] = 0.f;
+          /* 3. up: U^T (16 units x BT tokens) over this warp's SLICE of every piece */
+#pragma unroll
+          for (int p = 0; p < NPC; p++, it++) {
+            const int st = sj_ring_acquire(full, it);
+            if (PIECE * p + SLICE * warp < D) {
+              const sj_u32 sb = sj_smem_addr(stg + st * STAGE_B) + up_row;
+#pragma unroll
+              for (int ks = 0; ks < SLICE / 32; ks++) {   /* two k16 steps */
+                sj_u32 a0[4], a1[4];
+                sj_ldmatrix_x4(a0, sb + ks * 64);
+                sj_ldmatrix_x4(a1, sb + ks * 64 + 32);
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                  sj_u32 xb[4];
+                  sj_ldmatrix_x4(xb, x_row + (8 * n * XLD + PIECE * p + SLICE * warp + 32 * ks) * 2);
+                  const sj_u32 b0[2] = { xb[0], xb[1] }, b1[2] = { xb[2], xb[3] };
+                  sj_mma_16816(u[n], a0, b0);
+                  sj_mma_16816(u[n], a1, b1);
+                }
+              }
+            }
+            sj_ring_release(empty, st, lane);
+          }
+          /* the warps' partials -> P^T fragment (units 2t, 2t+1 | 2t+8, 2t+9 of token g), times h */
+          float* pw = Us + ((grp & 1) * WARPS + warp) * BT * PLD;
+#pragma unroll
+          for (int n = 0; n < NT; n++) {
+            const int t0 = 8 * n + 2 * t;
+            pw[t0 * PLD + g] = u[n][0];
+            pw[(t0 + 1) * PLD + g] = u[n][1];
+            pw[t0 * PLD + g + 8] = u[n][2];
+            pw[(t0 + 1) * PLD + g + 8] = u[n][3];
+          }
+          sj_named_sync(1, CONSUMERS);
+          sj_u32 b[NT][2];
+#pragma unroll
+          for (int n = 0; n < NT; n++) {
+            const int tok = 8 * n + g;
+            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
+#pragma unroll
+            for (int w = 0; w < WARPS; w++) {
+              const float* q = Us + (((grp & 1) * WARPS + w) * BT + tok) * PLD + 2 * t;
+              const float2 l = *(const float2*)q, h = *(const float2*)(q + 8);
+              lo.x += l.x; lo.y += l.y; hi.x += h.x; hi.y += h.y;
+            }
+            const unsigned short* hp = Hg + tok * UCAP + grp * 16 + 2 * t;
+            b[n][0] = ${pack2}(lo.x * ${to_f32}(hp[0]), lo.y * ${to_f32}(hp[1]));
+            b[n][1] = ${pack2}(hi.x * ${to_f32}(hp[8]), hi.y * ${to_f32}(hp[9]));
+          }
+          /* 4. down: Y_b^T[this warp's SLICE of every piece] += Wd[J, cols]^T . P^T */
+#pragma unroll
+          for (int p = 0; p < NPC; p++, it++) {
+            const int st = sj_ring_acquire(full, it);
+            if (PIECE * p + SLICE * warp < D) {
+              const sj_u32 sb = sj_smem_addr(stg + st * STAGE_B) + dn_row;
+#pragma unroll
+              for (int mw = 0; mw < MW; mw++) {
+                sj_u32 a[4];
+                sj_ldmatrix_x4_trans(a, sb + mw * 32);
+#pragma unroll
+                for (int n = 0; n < NT; n++) sj_mma_16816(acc[p * MW + mw][n], a, b[n]);
+              }
+            }
+            sj_ring_release(empty, st, lane);
+          }
+        }
+      }
+$ else
       /* 3. up: (group, k chunk) units of work, split evenly over the warps */
       {
         const int total = ng * KCH, fb = warp * total / WARPS, fe = (warp + 1) * total / WARPS;
@@ -443,10 +619,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
           }
         }
       }
+$ end
       __syncthreads();
     }
   }
 
+$ if PIPE == 1 then
+  if (warp == WARPS) return;
+  /* Y: m tile p * MW + mw holds output columns PIECE p + SLICE warp + 16 mw + g (+ 8) of tokens
+   * 2t, 2t + 1 (+ 8n); the stores are 2-byte scattered, which costs nothing next to the sweep */
+#pragma unroll
+  for (int p = 0; p < NPC; p++)
+#pragma unroll
+    for (int mw = 0; mw < MW; mw++) {
+      const int col = PIECE * p + SLICE * warp + 16 * mw + g;
+      if (PIECE * p + SLICE * warp >= D) continue;
+#pragma unroll
+      for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int row = r0 + 8 * n + 2 * t + e;
+          if (row >= M) continue;
+          OutT* yr = Y + (size_t)row * D + col;
+          yr[0] = ${ofrom}(acc[p * MW + mw][n][e]);
+          yr[8] = ${ofrom}(acc[p * MW + mw][n][2 + e]);
+        }
+    }
+$ else
   sj_cp_async_wait<0>();                                          /* nothing left in flight */
   /* Y: token 2t (+8n) gets c0/c2 of the four m tiles of quarter q, token 2t+1 c1/c3. */
 #pragma unroll
@@ -473,12 +672,13 @@ $ else
 $ end
       }
   }
+$ end
 }
 ]], env)
   local prelude = cuda.prelude(problem.dtype) .. tw.format_c
   return {
     source = prelude .. src, entry = env.entry,
-    grid = { tw.cdiv(problem.M, g.BT), 1, 1 }, block = { cfg.WARPS * 32, 1, 1 }, shared = g.smem,
+    grid = { tw.cdiv(problem.M, g.BT), 1, 1 }, block = { cfg.WARPS * 32 + (cfg.PIPE == 1 and 32 or 0), 1, 1 }, shared = g.smem,
   }
 end
 

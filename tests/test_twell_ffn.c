@@ -5,8 +5,8 @@
  * with geometry that matches the config and the target's shared memory; every valid config of
  * both spaces generates, and defaults compile with NVRTC for both targets; the SASS of sm_90a
  * builds uses the intended units (HGMMA for the wgmma gates, fed by TMA loads and mbarriers in
- * the warp-specialised default and by LDGSTS in WG=1; HMMA for the mma.sync gate and the FFN)
- * and never spills; invalid configs are refused with the constraint named; the ops
+ * the warp-specialised default and by LDGSTS in WG=1; HMMA for the mma.sync gate and the FFN,
+ * whose PIPE=1 loop is fed by bulk copies) and never spills; invalid configs are refused with the constraint named; the ops
  * check their arguments before any GPU work.
  * GPU: the gate + TwELL epilogue against relu(X . Wg) in fp64, read back through
  * sj_twell_to_dense (which validates the format), on random inputs with shifted pre-activations
@@ -97,8 +97,10 @@ static void check_gate_generated(const sj_problem *p, const sj_generated *g, con
 static void check_ffn_generated(const sj_problem *p, const sj_generated *g, const char *arch)
 {
     int NT = tu_config_value(g->config, "NT"), W = tu_config_value(g->config, "WARPS");
+    int PIPE = tu_config_value(g->config, "PIPE");
     assert_string_equal(g->template_name, "twell_ffn");
-    assert_int_equal(g->block[0], (unsigned)(32 * W));
+    assert_int_equal(g->block[0], (unsigned)(32 * W + (PIPE ? 32 : 0)));   /* PIPE=1: + the producer warp */
+    if (PIPE) assert_non_null(strstr(g->source, "cp.async.bulk.shared::cluster.global"));
     assert_int_equal(g->grid[0], (unsigned)cdiv(p->m, 8 * NT));
     assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
     assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
@@ -273,6 +275,15 @@ static void test_sass(void **state)
     assert_true(count(s, "PRMT") >= 4);                  /* the down product's A fragments */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
+    s = sass_of(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=1024,STAGES=6,PIPE=1");
+    assert_non_null(s);
+    assert_int_equal(count(s, "HMMA.16816.F32.BF16"), 64); /* 8 pieces x (4 up k-steps + 4 down m tiles) */
+    assert_int_equal(count(s, "UBLKCP.S.G"), 32);         /* a group's 16 row pieces, WuT and Wd */
+    assert_int_equal(count(s, "LDSM.16.MT88.4"), 32);     /* the Wd pieces, transposed */
+    assert_true(count(s, "SYNCS.PHASECHK") >= 2);        /* full and empty waits */
+    assert_true(count(s, "LDGSTS") <= 8);                 /* X_b's copy loop only, no weight rows */
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
     s = sass_of(ctx80, &gate, NULL);
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
@@ -308,10 +319,14 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1", "multiple of T=100");
 
     sj_problem ffn = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16);
-    expect_invalid(ctx90, &ffn, "WARPS=8,NT=2,ROUND=16384,UCAP=512,STAGES=4", "accumulators");
-    expect_invalid(ctx90, &ffn, "WARPS=16,NT=1,ROUND=16384,UCAP=1024,STAGES=4", "shared memory");
-    expect_invalid(ctx90, &ffn, "WARPS=12,NT=1,ROUND=16384,UCAP=512,STAGES=4", "WARPS");
-    expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4", "shared memory");
+    expect_invalid(ctx90, &ffn, "WARPS=8,NT=2,ROUND=16384,UCAP=512,STAGES=4,PIPE=0", "accumulators");
+    expect_invalid(ctx90, &ffn, "WARPS=16,NT=1,ROUND=16384,UCAP=1024,STAGES=4,PIPE=0", "shared memory");
+    expect_invalid(ctx90, &ffn, "WARPS=12,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0", "WARPS");
+    expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0", "shared memory");
+    expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "needs sm_90a");
+    expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=2", "PIPE must be 0 or 1");
+    sj_problem ragged = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8);
+    expect_invalid(ctx90, &ragged, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "multiple of 64");
     sj_problem nk = ffn;
     nk.k = 2048;
     expect_invalid(ctx90, &nk, NULL, "must equal K");
@@ -556,6 +571,7 @@ static void test_gate_and_ffn_gpu(void **state)
         { SJ_DTYPE_F16, SJ_DTYPE_F32, 300, 512, 1536, 128, 16, 0.95 },
         { SJ_DTYPE_BF16, SJ_DTYPE_F16, 129, 1024, 2048, 128, 16, 0.99 },
         { SJ_DTYPE_BF16, SJ_DTYPE_BF16, 64, 2048, 4096, 128, 16, 0.999 },
+        { SJ_DTYPE_F16, SJ_DTYPE_BF16, 100, 576, 1100, 64, 8, 0.90 },   /* a last row piece of 64 columns */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ffn_data d;
@@ -576,9 +592,15 @@ static void test_gate_and_ffn_gpu(void **state)
         if (cases[i].sparsity <= 0.9) assert_true(overflow > 0); /* the overflow path is exercised */
         double *ref = ffn_reference(&d, dense);
         ffn_and_check(ctx, &d, &H, ref, cases[i].out, NULL);
-        if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds */
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3");
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2");
+        if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds, both pipes */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=1024,UCAP=128,STAGES=2,PIPE=1");
+        }
+        if (i >= 3) { /* the bulk-copy pipe at larger d_model, deep rings, and a partial last piece */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=2,ROUND=4096,UCAP=256,STAGES=6,PIPE=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=1,ROUND=16384,UCAP=512,STAGES=3,PIPE=1");
         }
         free(ref);
         free(dense);

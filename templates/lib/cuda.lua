@@ -2,7 +2,8 @@
 -- parses a few hundred lines instead of cuda_fp16.h): 16-bit storage types, fp32 conversions,
 -- and inline-PTX wrappers for cp.async, ldmatrix and mma.sync. Templates pick the dtype-specific
 -- names through cuda.dtype(problem.dtype). cuda.hopper() adds the sm_90a pieces: wgmma fences
--- and descriptors, mbarriers, TMA loads and register reallocation.
+-- and descriptors, mbarriers, TMA (tensor and bulk) loads, named barriers and register
+-- reallocation.
 local cuda = {}
 
 local prelude = [[
@@ -92,6 +93,14 @@ __device__ __forceinline__ void sj_tma_load_2d_multicast(sj_u32 dst, const sj_te
 __device__ __forceinline__ void sj_mbar_arrive_cta(sj_u32 bar, sj_u32 cta) {
   asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [ra]; }"
                :: "r"(bar), "r"(cta) : "memory"); }
+/* A contiguous copy of bytes (a multiple of 16, both addresses 16-byte aligned) into dst,
+ * completing that many bytes of bar's transaction. */
+__device__ __forceinline__ void sj_bulk_load(sj_u32 dst, const void* src, sj_u32 bytes, sj_u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory"); }
+/* Barrier id among count threads (a multiple of 32); id 0 is __syncthreads'. */
+__device__ __forceinline__ void sj_named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory"); }
 /* Every thread of every CTA in the cluster. */
 __device__ __forceinline__ void sj_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
