@@ -284,6 +284,12 @@ static void test_sass(void **state)
     assert_true(count(s, "LDGSTS") <= 8);                 /* X_b's copy loop only, no weight rows */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
+    s = sass_of(ctx90, &ffn, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=6,PIPE=0,PERSIST=1");
+    assert_non_null(s);
+    assert_true(count(s, "HMMA.16816.F32.BF16") >= 8);   /* the token-block loop keeps the same main loops */
+    assert_true(count(s, "LDGSTS") >= 8);
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
     s = sass_of(ctx80, &gate, NULL);
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
@@ -325,6 +331,7 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0", "shared memory");
     expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "needs sm_90a");
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=2", "PIPE must be 0 or 1");
+    expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=2", "PERSIST must be 0 or 1");
     sj_problem ragged = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8);
     expect_invalid(ctx90, &ragged, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "multiple of 64");
     sj_problem nk = ffn;
@@ -572,6 +579,7 @@ static void test_gate_and_ffn_gpu(void **state)
         { SJ_DTYPE_BF16, SJ_DTYPE_F16, 129, 1024, 2048, 128, 16, 0.99 },
         { SJ_DTYPE_BF16, SJ_DTYPE_BF16, 64, 2048, 4096, 128, 16, 0.999 },
         { SJ_DTYPE_F16, SJ_DTYPE_BF16, 100, 576, 1100, 64, 8, 0.90 },   /* a last row piece of 64 columns */
+        { SJ_DTYPE_F16, SJ_DTYPE_F16, 2100, 256, 1024, 64, 8, 0.99 },   /* more token blocks than SMs */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ffn_data d;
@@ -598,7 +606,11 @@ static void test_gate_and_ffn_gpu(void **state)
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=1");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=1024,UCAP=128,STAGES=2,PIPE=1");
         }
-        if (i >= 3) { /* the bulk-copy pipe at larger d_model, deep rings, and a partial last piece */
+        if (i == 6) { /* persistent CTAs (a grid of one per SM) walking several token blocks each */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=6,PIPE=0,PERSIST=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=4096,UCAP=256,STAGES=4,PIPE=1,PERSIST=1");
+        } else if (i >= 3) { /* the bulk-copy pipe at larger d_model, deep rings, and a partial last piece */
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=2,ROUND=4096,UCAP=256,STAGES=6,PIPE=1");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=1,ROUND=16384,UCAP=512,STAGES=3,PIPE=1");
         }
