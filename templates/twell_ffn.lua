@@ -224,6 +224,17 @@ __device__ __forceinline__ void sj_ffn_up_load(unsigned char* stg, int stage, in
   sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 2, lane)), k < D ? rb + k : any, k < D ? 16 : 0);
   sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 3, lane)), k + 32 < D ? rb + k + 32 : any, k + 32 < D ? 16 : 0);
 }
+
+/* The down product's weights of one (group, 64-column quarter) for this thread: 16 bytes of Wd
+ * rows j(2t), j(2t+1), j(2t+8), j(2t+9) at output columns col .. col+7 (0 past D). */
+__device__ __forceinline__ void sj_ffn_down_load(unsigned char* stg, int stage, int warp, int lane, const T* WdR,
+                                                 const T* any, const unsigned short* j, int col, int D) {
+  const bool ok = col < D;
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 0, lane)), ok ? WdR + (size_t)j[0] * D + col : any, ok ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 1, lane)), ok ? WdR + (size_t)j[1] * D + col : any, ok ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 2, lane)), ok ? WdR + (size_t)j[8] * D + col : any, ok ? 16 : 0);
+  sj_cp_async16(sj_smem_addr(sj_stage(stg, stage, warp, 3, lane)), ok ? WdR + (size_t)j[9] * D + col : any, ok ? 16 : 0);
+}
 $ end
 
 $ if PIPE == 1 then
@@ -572,12 +583,7 @@ $ else
           for (int s = 0; s < STAGES - 1; s++) {
             if (fp < total) {
               const int grp = fp / QN, col = n0 + (fp % QN) * 64 + 8 * g;
-              const int p0 = c0 + grp * 16 + 2 * t;
-              const bool ok = col < D;
-              sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 0, lane)), ok ? WdR + (size_t)jl[p0] * D + col : Wd, ok ? 16 : 0);
-              sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 1, lane)), ok ? WdR + (size_t)jl[p0 + 1] * D + col : Wd, ok ? 16 : 0);
-              sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 2, lane)), ok ? WdR + (size_t)jl[p0 + 8] * D + col : Wd, ok ? 16 : 0);
-              sj_cp_async16(sj_smem_addr(sj_stage(stg, s, warp, 3, lane)), ok ? WdR + (size_t)jl[p0 + 9] * D + col : Wd, ok ? 16 : 0);
+              sj_ffn_down_load(stg, s, warp, lane, WdR, Wd, jl + c0 + grp * 16 + 2 * t, col, D);
               fp++;
             }
             sj_cp_async_commit();
@@ -599,12 +605,7 @@ $ else
               if (fp < total) {
                 const int ps = (stage + STAGES - 1) % STAGES;
                 const int pgrp = fp / QN, col = n0 + (fp % QN) * 64 + 8 * g;
-                const int p0 = c0 + pgrp * 16 + 2 * t;
-                const bool ok = col < D;
-                sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 0, lane)), ok ? WdR + (size_t)jl[p0] * D + col : Wd, ok ? 16 : 0);
-                sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 1, lane)), ok ? WdR + (size_t)jl[p0 + 1] * D + col : Wd, ok ? 16 : 0);
-                sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 2, lane)), ok ? WdR + (size_t)jl[p0 + 8] * D + col : Wd, ok ? 16 : 0);
-                sj_cp_async16(sj_smem_addr(sj_stage(stg, ps, warp, 3, lane)), ok ? WdR + (size_t)jl[p0 + 9] * D + col : Wd, ok ? 16 : 0);
+                sj_ffn_down_load(stg, ps, warp, lane, WdR, Wd, jl + c0 + pgrp * 16 + 2 * t, col, D);
                 fp++;
               }
               sj_cp_async_commit();
