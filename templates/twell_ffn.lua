@@ -34,6 +34,12 @@
 --     transposed with ldmatrix. The ring never drains between groups, only between chunks.
 --     (On an H200, 8192 tokens, 4096 / 11008, 99%: correct, but the block took 8.6 ms against
 --     PIPE=0's 5.3 ms, so the default is PIPE=0; bench/NOTES.md says what to try next.)
+-- Which CTA takes which token block (PERSIST):
+--   PERSIST=0: one CTA per token block; the blocks start at different times and each walks
+--     d_ff alone, so every block's union of rows comes from HBM.
+--   PERSIST=1: one CTA per SM takes blocks blockIdx.x, + gridDim.x, ...; the resident CTAs
+--     walk d_ff in step, so a weight row one of them reads is in L2 for the others: HBM
+--     traffic drops from one union per token block to about one union per wave of SMs.
 --
 -- Traffic: a token block reads the WuT and Wd rows of the union of its tokens' active units,
 -- 4*D bytes per unit: the limit of the kernel is how many distinct units a block activates.
@@ -132,11 +138,11 @@ local function space(problem)
 end
 
 local DEFAULTS = {
-  { WARPS = 8, NT = 2, ROUND = 16384, UCAP = 512, STAGES = 4 },
-  { WARPS = 8, NT = 1, ROUND = 16384, UCAP = 512, STAGES = 4 },
-  { WARPS = 8, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 3 },
-  { WARPS = 16, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 2 },
-  { WARPS = 8, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2 },
+  { WARPS = 8, NT = 2, ROUND = 16384, UCAP = 512, STAGES = 4, PERSIST = 0 },
+  { WARPS = 8, NT = 1, ROUND = 16384, UCAP = 512, STAGES = 4, PERSIST = 0 },
+  { WARPS = 8, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 3, PERSIST = 0 },
+  { WARPS = 16, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 2, PERSIST = 0 },
+  { WARPS = 8, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2, PERSIST = 0 },
 }
 
 -- NT = 2 halves the weight rows read per token when blocks share units, but costs registers:
@@ -145,7 +151,7 @@ local DEFAULTS = {
 local function default(problem)
   local cfg
   for _, d in ipairs(DEFAULTS) do
-    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0 }
+    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = d.PERSIST }
     if valid(problem, cfg) then return cfg end
   end
   return cfg
@@ -167,7 +173,7 @@ local function generate(problem, cfg)
   local env = {
     WARPS = cfg.WARPS, NT = cfg.NT, UCAP = cfg.UCAP, STAGES = cfg.STAGES, TT = problem.T, CAP = problem.C,
     ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, pack2 = dt.pack2, out_f16 = ot.size == 2,
-    opack2 = ot.pack2, ofrom = ot.from_f32, PIPE = cfg.PIPE, hopper = cfg.PIPE == 1 and cuda.hopper() or "",
+    opack2 = ot.pack2, ofrom = ot.from_f32, PIPE = cfg.PIPE, PERSIST = cfg.PERSIST, hopper = cfg.PIPE == 1 and cuda.hopper() or "",
   }
   for k, v in pairs(g) do env[k] = v end
   env.entry = string.format("sj_twell_ffn_%s_%s_t%dc%d_d%d_f%d_w%d_nt%d_r%d_u%d_s%d_p%d_q%d", problem.dtype,

@@ -101,7 +101,14 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
     assert_string_equal(g->template_name, "twell_ffn");
     assert_int_equal(g->block[0], (unsigned)(32 * W + (PIPE ? 32 : 0)));   /* PIPE=1: + the producer warp */
     if (PIPE) assert_non_null(strstr(g->source, "cp.async.bulk.shared::cluster.global"));
-    assert_int_equal(g->grid[0], (unsigned)cdiv(p->m, 8 * NT));
+    unsigned blocks = (unsigned)cdiv(p->m, 8 * NT);
+    if (tu_config_value(g->config, "PERSIST")) { /* one CTA per SM when the GPU is known, never more than blocks */
+        assert_true(g->grid[0] > 0 && g->grid[0] <= blocks);
+        assert_non_null(strstr(g->source, "blk += gridDim.x"));  /* a grid of fewer CTAs must still cover M */
+    } else {
+        assert_int_equal(g->grid[0], blocks);
+        assert_null(strstr(g->source, "gridDim.x"));
+    }
     assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
     assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
     assert_non_null(strstr(g->source, "twell_ffn.lua"));
@@ -275,7 +282,7 @@ static void test_sass(void **state)
     assert_true(count(s, "PRMT") >= 4);                  /* the down product's A fragments */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
-    s = sass_of(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=1024,STAGES=6,PIPE=1");
+    s = sass_of(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=1024,STAGES=6,PIPE=1,PERSIST=0");
     assert_non_null(s);
     assert_int_equal(count(s, "HMMA.16816.F32.BF16"), 64); /* 8 pieces x (4 up k-steps + 4 down m tiles) */
     assert_int_equal(count(s, "UBLKCP.S.G"), 32);         /* a group's 16 row pieces, WuT and Wd */
@@ -601,18 +608,19 @@ static void test_gate_and_ffn_gpu(void **state)
         double *ref = ffn_reference(&d, dense);
         ffn_and_check(ctx, &d, &H, ref, cases[i].out, NULL);
         if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds, both pipes */
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0");
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=0");
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=1");
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=1024,UCAP=128,STAGES=2,PIPE=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0,PERSIST=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=0,PERSIST=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=1,PERSIST=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=1024,UCAP=128,STAGES=2,PIPE=1,PERSIST=0");
         }
         if (i == 6) { /* persistent CTAs (a grid of one per SM) walking several token blocks each */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=4096,UCAP=256,STAGES=6,PIPE=0,PERSIST=0");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=6,PIPE=0,PERSIST=1");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=1");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=4096,UCAP=256,STAGES=4,PIPE=1,PERSIST=1");
         } else if (i >= 3) { /* the bulk-copy pipe at larger d_model, deep rings, and a partial last piece */
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=2,ROUND=4096,UCAP=256,STAGES=6,PIPE=1");
-            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=1,ROUND=16384,UCAP=512,STAGES=3,PIPE=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=2,ROUND=4096,UCAP=256,STAGES=6,PIPE=1,PERSIST=0");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=1,ROUND=16384,UCAP=512,STAGES=3,PIPE=1,PERSIST=0");
         }
         free(ref);
         free(dense);

@@ -54,6 +54,9 @@ function emit.render(origin, text, env)
   local scope = setmetatable({}, { __index = function(_, k)
     local v = env and env[k]
     if v == nil then v = _ENV[k] end
+    -- a misspelt or missing parameter would read as nil and quietly pick a branch of the
+    -- template: refuse it instead
+    if v == nil then error(string.format("emit: the template reads '%s', which its environment does not set", k), 2) end
     return v
   end })
   local chunk, err = load(translate(text, file, first), "=" .. (file or "emit"), "t", scope)
