@@ -5,7 +5,9 @@
  * bench command sets it from --sparsity) of relu(X . Wg) is zero, independently per token and
  * unit. twell-gate: one launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM
  * of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
- * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. */
+ * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. Before timing,
+ * CHECK_ROWS token rows spread over the whole output (so every part of the grid is seen) are
+ * compared with an fp64 host reference. */
 #include "bench.h"
 #include "cli_problem.h"
 #include "runtime/error.h"
@@ -13,6 +15,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,7 +24,10 @@ struct bench_case {
     sj_problem gate;     /* the block's gate problem */
     sj_twell_device H;
     sj_devptr X, WgT, WuT, Wd, Y;
+    uint16_t *hX, *hWgT, *hWuT, *hWd;   /* the host copies, for check() */
 };
+
+enum { CHECK_ROWS = 16 };
 
 /* The inputs' fraction of zeros: the problem's twell_sparsity (the CLI and the Lua module set
  * it, 0.99 by default); a library caller's unspecified 0 gets the same 0.99. */
@@ -31,9 +37,9 @@ static double bench_sparsity(const sj_problem *p)
 }
 
 /* Uploads n random values of dtype (uniform [-1, 1)); column col of every row of width ld is
- * set to value when col >= 0. */
+ * set to value when col >= 0. The host copy goes to *keep. */
 static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64_t ld, int64_t col, float value,
-                               uint64_t *rng, sj_devptr *out)
+                               uint64_t *rng, sj_devptr *out, uint16_t **keep)
 {
     size_t n = (size_t)(rows * ld);
     uint16_t *host = malloc(n * sizeof *host);
@@ -48,7 +54,8 @@ static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64
         sj_free(ctx, *out);
         *out = 0;
     }
-    free(host);
+    if (st == SJ_OK) *keep = host;
+    else free(host);
     return st;
 }
 
@@ -59,6 +66,10 @@ static void teardown(sj_context *ctx, bench_case *c)
     sj_devptr ptrs[] = { c->X, c->WgT, c->WuT, c->Wd, c->Y };
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
         if (ptrs[i]) sj_free(ctx, ptrs[i]);
+    free(c->hX);
+    free(c->hWgT);
+    free(c->hWuT);
+    free(c->hWd);
     free(c);
 }
 
@@ -84,20 +95,22 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
         teardown(ctx, c);
         return st;
     }
+    /* the sparsity is part of the cache key: without it the gate would miss a winner tuned at it */
+    c->gate.twell_sparsity = p->twell_sparsity;
     /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9 */
     double shift = sqrt((double)(d_model - 1) / 9.0) * harness_normal_quantile(sparsity);
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
-    if ((st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, &rng, &c->X)) != SJ_OK ||
-        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, (float)-shift, &rng, &c->WgT)) != SJ_OK ||
+    if ((st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, &rng, &c->X, &c->hX)) != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, (float)-shift, &rng, &c->WgT, &c->hWgT)) != SJ_OK ||
         (st = sj_twell_device_alloc(ctx, &layout, &c->H)) != SJ_OK) {
         teardown(ctx, c);
         return st;
     }
     if (ffn) {
         size_t y_bytes = (size_t)(p->m * d_model) * sj_dtype_size(p->out_dtype);
-        if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->WuT)) != SJ_OK ||
-            (st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->Wd)) != SJ_OK ||
+        if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->WuT, &c->hWuT)) != SJ_OK ||
+            (st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->Wd, &c->hWd)) != SJ_OK ||
             (st = sj_malloc(ctx, y_bytes, &c->Y)) != SJ_OK) {
             teardown(ctx, c);
             return st;
@@ -112,6 +125,79 @@ static sj_status launch(sj_context *ctx, bench_case *c)
     sj_status st = sj_twell_gate(ctx, &c->gate, c->X, c->WgT, &c->H, NULL);
     if (st != SJ_OK || c->p.op == SJ_OP_TWELL_GATE) return st;
     return sj_twell_ffn(ctx, &c->p, c->X, &c->H, c->WuT, c->Wd, c->Y, NULL);
+}
+
+/* The sampled rows: the first, the last, and evenly between. */
+static int64_t check_row(int64_t M, int i) { return M <= CHECK_ROWS ? i % M : (int64_t)i * (M - 1) / (CHECK_ROWS - 1); }
+
+/* The reference of the sampled rows in one pass over the d_ff units: h = relu(x . Wg[:, j])
+ * rounded to the dtype as the gate stores it; for the FFN, y += h (x . Wu[:, j]) Wd[j, :]. */
+static sj_status reference(const bench_case *c, int ffn, float *h_ref, float *y_ref)
+{
+    const sj_problem *p = &c->p;
+    int64_t D = p->k, F = ffn ? p->d_ff : p->n, M = p->m;
+    const float *lut = harness_lut16(p->dtype);
+    double *x = malloc(sizeof *x * (size_t)(CHECK_ROWS * D)), *y = calloc((size_t)(CHECK_ROWS * D), sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the reference");
+    }
+    for (int i = 0; i < CHECK_ROWS; i++)
+        for (int64_t k = 0; k < D; k++) x[i * D + k] = lut[c->hX[check_row(M, i) * D + k]];
+    for (int64_t j = 0; j < F; j++) {
+        const uint16_t *wg = c->hWgT + j * D;
+        for (int i = 0; i < CHECK_ROWS; i++) {
+            double pre = 0;
+            for (int64_t k = 0; k < D; k++) pre += x[i * D + k] * lut[wg[k]];
+            float h = lut[harness_f32_to_16(p->dtype, pre > 0 ? (float)pre : 0.0f)];
+            if (h_ref) h_ref[i * F + j] = h;
+            if (!ffn || h == 0) continue;
+            const uint16_t *wu = c->hWuT + j * D, *wd = c->hWd + j * D;
+            double u = 0;
+            for (int64_t k = 0; k < D; k++) u += x[i * D + k] * lut[wu[k]];
+            for (int64_t k = 0; k < D; k++) y[i * D + k] += h * u * lut[wd[k]];
+        }
+    }
+    if (y_ref)
+        for (int64_t i = 0; i < CHECK_ROWS * D; i++) y_ref[i] = (float)y[i];
+    free(x);
+    free(y);
+    return SJ_OK;
+}
+
+/* twell-gate: the sampled rows of H (read back from TwELL); twell-ffn: those of Y. */
+static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
+{
+    *rel_error = INFINITY;
+    const sj_problem *p = &c->p;
+    int ffn = p->op == SJ_OP_TWELL_FFN;
+    int64_t M = p->m, W = p->n;   /* Y: tokens x d_model; H: tokens x d_ff; both n wide */
+    sj_dtype out_dt = ffn ? p->out_dtype : p->dtype;
+    size_t osz = sj_dtype_size(out_dt), row_bytes = (size_t)W * osz;
+    float *ref = malloc(sizeof *ref * (size_t)(CHECK_ROWS * W));
+    unsigned char *got = malloc(row_bytes * CHECK_ROWS);
+    sj_status st = ref && got ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the check");
+    if (st == SJ_OK) st = reference(c, ffn, ffn ? NULL : ref, ffn ? ref : NULL);
+    if (st == SJ_OK && ffn) {
+        for (int i = 0; i < CHECK_ROWS && st == SJ_OK; i++)
+            st = sj_memcpy_dtoh(ctx, got + i * row_bytes, c->Y + (sj_devptr)check_row(M, i) * row_bytes, row_bytes);
+    } else if (st == SJ_OK) {
+        sj_twell_host th;
+        uint16_t *dense = NULL;
+        if ((st = sj_twell_download(ctx, &c->H, &th)) != SJ_OK) goto done;
+        dense = malloc(sizeof *dense * (size_t)(M * W));
+        st = dense ? sj_twell_to_dense(&th, dense, W) : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for H");
+        for (int i = 0; i < CHECK_ROWS && st == SJ_OK; i++)
+            memcpy(got + i * row_bytes, dense + check_row(M, i) * W, row_bytes);
+        free(dense);
+        sj_twell_host_free(&th);
+    }
+    if (st == SJ_OK) *rel_error = harness_rel_error(out_dt, got, ref, (size_t)(CHECK_ROWS * W));
+done:
+    free(ref);
+    free(got);
+    return st;
 }
 
 /* The gate is dense work; the FFN's up and down products count at the active units only. */
@@ -148,5 +234,6 @@ const bench_op bench_op_twell = {
     .launch = launch,
     .flops = flops,
     .baseline = baseline,
+    .check = check,
     .teardown = teardown,
 };

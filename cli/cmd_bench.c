@@ -4,7 +4,9 @@
 #include "bench.h"
 #include "cli_problem.h"
 #include "commands.h"
+#include "runtime/error.h"
 #include "runtime/runtime.h"
+#include "tuner/harness.h"
 #include "tuner/tuner.h"
 
 #include <math.h>
@@ -111,6 +113,15 @@ int cmd_bench(int argc, char **argv)
     double first_ms = (rt_seconds() - t0) * 1e3;
     sj_kernel_info ki;
     if (sj_last_kernel_info(ctx, &ki) != SJ_OK) goto fail;
+    double check_err = NAN;
+    if (op->check) {
+        if (op->check(ctx, c, &check_err) != SJ_OK) goto fail;
+        if (!(check_err <= harness_tolerance(&p))) {
+            sj_fail(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the fp64 reference "
+                    "(tolerance %.3g); not timed", ki.config, check_err, harness_tolerance(&p));
+            goto fail;
+        }
+    }
 
     if (measure_begin(ctx, &ms) != SJ_OK) goto fail;
     session = 1;
@@ -152,21 +163,23 @@ int cmd_bench(int argc, char **argv)
         printf("{\"gpu\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"out_dtype\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
                "\"sparsity\":\"%s\",\"config\":\"%s\",\"config_origin\":\"%s\",\"first_call_ms\":%.3f,\"first_call_source\":\"%s\","
                "\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.2f,\"cublas_us\":%.3f,\"cublas_tflops\":%.2f,"
-               "\"speedup\":%.3f}\n",
+               "\"speedup\":%.3f,\"check_rel_err\":%.3g}\n",
                d.name, sj_op_name(p.op), sj_dtype_name(p.dtype), sj_dtype_name(p.out_dtype), (long long)p.m,
                (long long)p.n, (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf,
-               cublas ? t_cb : -1.0, cublas ? tf_cb : -1.0, cublas ? t_cb / t_op : -1.0);
+               cublas ? t_cb : -1.0, cublas ? tf_cb : -1.0, cublas ? t_cb / t_op : -1.0, isnan(check_err) ? -1.0 : check_err);
     } else if (csv) {
         if (csv_header)
             printf("gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,"
-                   "cublas_us,cublas_tflops,speedup\n");
-        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f\n", d.name,
+                   "cublas_us,cublas_tflops,speedup,check_rel_err\n");
+        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f,%.3g\n", d.name,
                sj_op_name(p.op), sj_dtype_name(p.dtype), sj_dtype_name(p.out_dtype), (long long)p.m, (long long)p.n,
-               (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf, t_cb, tf_cb, t_cb / t_op);
+               (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf, t_cb, tf_cb, t_cb / t_op,
+               isnan(check_err) ? -1.0 : check_err);
     } else {
         printf("%s on %s\n", desc, d.name);
         printf("  kernel   %s %s config %s\n", ki.template_name, origin, ki.config);
         printf("  first    %.2f ms (%s, incl. one launch)\n", first_ms, source);
+        if (!isnan(check_err)) printf("  checked  sampled rows against fp64: relative error %.2e\n", check_err);
         printf("  time     %.2f us median (p20 %.2f, p80 %.2f) over %d rounds, %.1f TFLOP/s useful\n", t_op, p20, p80,
                rounds, tf);
         if (cublas)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_smoke.sh: the CLI on any machine: help for every command, info without a GPU, gen of
-# every op's default kernel, and clear errors (exit 2) for bad options.
+# every op's default kernel, and clear errors (exit 2) for bad options; with a GPU, a tuned
+# winner reaching bench and the TwELL bench's output check.
 set -u
 cli="$1"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -32,4 +33,17 @@ tmp=$(mktemp -d)
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "cache clear without --yes must exit 2 (got $rc: $out)"
 rm -rf "$tmp"
+# With a GPU: a bench row comes from the tuned winner once there is one, and a TwELL bench checks
+# its output (check_rel_err, the last CSV column) before it reports a time.
+if "$cli" info --json | grep -q '"has_gpu":true'; then
+  tmp=$(mktemp -d)
+  export SPARSEJIT_CACHE="$tmp/k.db"
+  g="--op twell-gate --shape 300x512x256 --sparsity 0.95"
+  "$cli" tune $g --budget-trials 6 --warmup-ms 2 --rep-ms 5 >"$tmp/tune.txt" 2>&1 || { cat "$tmp/tune.txt"; fail "tune twell-gate"; }
+  row=$("$cli" bench $g --rounds 1 --csv 2>&1) || fail "bench twell-gate: $row"
+  echo "$row" | grep -q ',tuned,' || fail "bench twell-gate after tune must use the tuned winner: $row"
+  row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --rounds 1 --csv 2>&1) || fail "bench twell-ffn: $row"
+  echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn must report its check: $row"
+  rm -rf "$tmp"
+fi
 echo "cli smoke: ok"

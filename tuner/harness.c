@@ -131,14 +131,28 @@ static double squared_error(sj_dtype dt, const void *out, const float *ref, size
         }
         return sum;
     }
-    pthread_once(&lut_once, build_luts);
-    const float *lut = dt == SJ_DTYPE_BF16 ? lut_bf16 : lut_f16;
+    const float *lut = harness_lut16(dt);
     const uint16_t *o = out;
     for (size_t i = 0; i < n; i++) {
         double d = (double)lut[o[i]] - ref[i];
         sum += d * d;
     }
     return sum;
+}
+
+const float *harness_lut16(sj_dtype dtype)
+{
+    pthread_once(&lut_once, build_luts);
+    return dtype == SJ_DTYPE_BF16 ? lut_bf16 : lut_f16;
+}
+
+double harness_rel_error(sj_dtype dtype, const void *out, const float *ref, size_t n)
+{
+    double norm = 0;
+    for (size_t i = 0; i < n; i++) norm += (double)ref[i] * ref[i];
+    double num = squared_error(dtype, out, ref, n);
+    if (!isfinite(num)) return INFINITY;
+    return norm > 0 ? sqrt(num / norm) : sqrt(num);
 }
 
 sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, int *sticky)

@@ -57,6 +57,11 @@ void harness_close(harness *h);
  * ||out - ref|| / ||ref|| (+inf when an element is NaN/Inf, i.e. never written). A failed
  * launch is returned as SJ_ERR_CUDA; *sticky is set when the CUDA context is lost with it. */
 sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, int *sticky);
+/* 16-bit -> float for every bit pattern of dtype (f16 or bf16), built once. */
+const float *harness_lut16(sj_dtype dtype);
+/* ||out - ref|| / ||ref|| over n elements of out (f16, bf16 or f32); INFINITY when out holds a
+ * NaN or an infinity. */
+double harness_rel_error(sj_dtype dtype, const void *out, const float *ref, size_t n);
 /* Tolerance of the gate for a problem's dtypes: 1e-2 when bf16 is involved, else 5e-3. */
 double harness_tolerance(const sj_problem *p);
 
