@@ -266,6 +266,44 @@ static void test_random_respects_trial_budget_and_default(void **state)
     search_free(&t);
 }
 
+/* The budgeted search measures the template's default first, so its winner is never slower
+ * than an untuned call; a default that is invalid, outside the space or unreadable changes nothing. */
+static void test_random_measures_the_default_first(void **state)
+{
+    gen_space sp;
+    gemm_like_space(&sp);
+    uint64_t plain[64], order[64];
+    search s;
+    search_options o = { .strategy = SJ_TUNE_RANDOM, .budget_trials = 24, .seed = 5 };
+    SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
+    assert_int_equal(drive(&s, 4, 0, plain, 64), 24);
+    search_free(&s);
+
+    o.first = "BM=128,BN=128,BK=32,WM=64,WN=32,STAGES=3";   /* any order of the names */
+    SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
+    search_step step;
+    search_candidate c;
+    SJ_ASSERT_OK(search_next(&s, 0, &step, &c));
+    assert_int_equal(step, SEARCH_CANDIDATE);
+    assert_string_equal(c.config, "BK=32,BM=128,BN=128,STAGES=3,WM=64,WN=32");
+    SJ_ASSERT_OK(search_report(&s, c.id, gemm_like_cost(c.config)));
+    assert_int_equal(drive(&s, 4, 0, order, 64), 23);
+    assert_unique_and_valid(&s);
+    search_free(&s);
+
+    const char *ignored[] = { "BM=32,BN=128,BK=32,WM=64,WN=32,STAGES=3",   /* WM > BM: invalid */
+                              "BM=96,BN=128,BK=32,WM=64,WN=32,STAGES=3",   /* 96 is not a value of BM */
+                              "BM=128,BN=128,BK=32,WM=64,WN=32",           /* STAGES missing */
+                              "not a config" };
+    for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) {
+        o.first = ignored[i];
+        SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
+        assert_int_equal(drive(&s, 4, 0, order, 64), 24);
+        for (int j = 0; j < 24; j++) assert_true(order[j] == plain[j]);
+        search_free(&s);
+    }
+}
+
 static void test_seconds_budget_stops_issuing(void **state)
 {
     gen_space sp;
@@ -849,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_exhaustive_prunes_and_keeps_stable_order),
         cmocka_unit_test(test_duplicate_values_give_no_duplicate_candidates),
         cmocka_unit_test(test_random_respects_trial_budget_and_default),
+        cmocka_unit_test(test_random_measures_the_default_first),
         cmocka_unit_test(test_seconds_budget_stops_issuing),
         cmocka_unit_test(test_random_is_deterministic_for_a_seed),
         cmocka_unit_test(test_model_stage_waits_for_results),

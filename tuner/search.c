@@ -1,8 +1,8 @@
 /* search.c: walks a template's tuning space without touching the GPU, so it is tested on the CPU.
  * Owns the stable candidate order (mixed radix over the template's params, values in declared
  * order, duplicates dropped), constraint pruning through a validity predicate, the exhaustive
- * strategy and the budgeted one (a seeded random sample, then batches picked by a model of the
- * measurements so far), the visited set that keeps every candidate unique, and the winner rules
+ * strategy and the budgeted one (the template's default, a seeded random sample, then batches
+ * picked by a model of the measurements so far), the visited set that keeps every candidate unique, and the winner rules
  * of the sweep and of the run-off (fastest; ties within noise go to the stable order). */
 #include "tuner.h"
 #include "runtime/error.h"
@@ -53,6 +53,28 @@ static sj_status index_valid(search *s, uint64_t index, int *valid)
     index_config(s, index, &cfg, text, sizeof text);
     *valid = 0;
     return s->valid(s->user, &cfg, text, valid);
+}
+
+/* The stable index of config text, if every param of the space is set to one of its values. */
+static int config_index(const search *s, const char *text, uint64_t *index)
+{
+    gen_config c;
+    if (!text || gen_config_parse(text, &c) != SJ_OK) return 0;
+    uint64_t i = 0;
+    for (int p = 0; p < s->space.n_params; p++) {
+        int d = -1;
+        for (int k = 0; k < c.n && d < 0; k++)
+            if (!strcmp(c.names[k], s->space.names[p]))
+                for (int v = 0; v < s->space.n_values[p]; v++)
+                    if (s->space.values[p][v] == c.values[k]) {
+                        d = v;
+                        break;
+                    }
+        if (d < 0) return 0;
+        i = i * (uint64_t)s->space.n_values[p] + (uint64_t)d;
+    }
+    *index = i;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ visited set */
@@ -213,6 +235,8 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         }
         memcpy(s->shuffle, s->valid_list, sizeof *s->shuffle * (size_t)s->n_valid);
     }
+    if (opts->strategy == SJ_TUNE_RANDOM) s->has_first = config_index(s, opts->first, &s->first_index);
+    s->opts.first = NULL; /* the caller's string need not outlive this call */
     return SJ_OK;
 }
 
@@ -266,10 +290,21 @@ static sj_status next_in_order(search *s, int *found, uint64_t *index)
     return SJ_OK;
 }
 
-/* A seeded uniform draw among the unvisited valid configs. */
+/* opts.first once, then a seeded uniform draw among the unvisited valid configs. */
 static sj_status next_random(search *s, int *found, uint64_t *index)
 {
     *found = 0;
+    if (s->has_first) {
+        s->has_first = 0;
+        int ok = 0;
+        sj_status st = index_valid(s, s->first_index, &ok);
+        if (st != SJ_OK) return st;
+        if (ok && !set_has(s, s->first_index)) {
+            *index = s->first_index;
+            *found = 1;
+            return SJ_OK;
+        }
+    }
     if (s->shuffle) {
         /* Incremental Fisher-Yates over the valid list: a permutation fixed by the seed. */
         while (s->random_drawn < s->n_valid) {

@@ -587,8 +587,10 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
 
     gen_space space;
     if ((st = gen_space_of(t->gen, t->tname, p, &space)) != SJ_OK) goto done;
+    char dflt[256];
+    if ((st = gen_default_config(t->gen, t->tname, p, dflt, sizeof dflt)) != SJ_OK) goto done;
     search_options so = { .strategy = t->opts.strategy, .budget_trials = t->opts.budget_trials,
-                          .budget_seconds = t->opts.budget_seconds, .seed = t->opts.seed };
+                          .budget_seconds = t->opts.budget_seconds, .seed = t->opts.seed, .first = dflt };
     if ((st = search_init(&t->s, &space, valid_cb, t, &so)) != SJ_OK) goto done;
     search_up = 1;
     res->space_size = t->s.n_valid;

@@ -20,6 +20,10 @@ typedef struct search_options {
     int budget_trials;       /* 0: all (exhaustive) or the default share of the space (random) */
     double budget_seconds;   /* 0: no limit */
     uint64_t seed;
+    /* random strategy: a config measured first (the template's default, so a budgeted winner
+     * is never slower than what an untuned call gets); NULL, or a config outside the space or
+     * invalid for the problem: none */
+    const char *first;
 } search_options;
 
 /* One config the search wants measured. */
@@ -59,6 +63,8 @@ typedef struct search {
     uint64_t rng;
     int random_drawn;        /* positions of valid_list already used by the sampling shuffle */
     uint64_t *shuffle;       /* random strategy over valid_list: the seeded permutation */
+    int has_first;           /* random strategy: opts.first is in the space, at first_index */
+    uint64_t first_index;
     search_entry *entries;   /* in issue order */
     int n_entries, cap_entries;
     int pending;             /* issued, not yet reported */
