@@ -35,11 +35,11 @@
 --     (On an H200, 8192 tokens, 4096 / 11008, 99%: correct, but the block took 8.6 ms against
 --     PIPE=0's 5.3 ms, so the default is PIPE=0; bench/NOTES.md says what to try next.)
 -- Which CTA takes which token block (PERSIST):
---   PERSIST=0: one CTA per token block; the blocks start at different times and each walks
---     d_ff alone, so every block's union of rows comes from HBM.
---   PERSIST=1: one CTA per SM takes blocks blockIdx.x, + gridDim.x, ...; the resident CTAs
---     walk d_ff in step, so a weight row one of them reads is in L2 for the others: HBM
---     traffic drops from one union per token block to about one union per wave of SMs.
+--   PERSIST=0: one CTA per token block, launched in waves of one per SM.
+--   PERSIST=1: one CTA per SM takes blocks blockIdx.x, + gridDim.x, ..., meant to keep the
+--     resident CTAs walking d_ff in step so they share weight rows in L2. (On an H200 it is
+--     within 4% of PERSIST=0 at every benchmark shape and sparsity: the waves of PERSIST=0
+--     already move in step. The default is PERSIST=0; bench/NOTES.md.)
 --
 -- Traffic: a token block reads the WuT and Wd rows of the union of its tokens' active units,
 -- 4*D bytes per unit: the limit of the kernel is how many distinct units a block activates.
