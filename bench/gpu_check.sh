@@ -112,13 +112,14 @@ bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 {
   echo "GPU: $("$cli" info --json | sed -n 's/.*"name":"\([^"]*\)".*/\1/p'), $(date -u +%Y-%m-%d); speedup = cuBLAS dense / sparsejit, same process, interleaved."
   echo
-  echo "| op | dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| op | dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup | checked (rel err) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   python3 -c 'import csv, sys
 for r in csv.DictReader(open(sys.argv[1])):
     f = lambda k: float(r[k])
-    print("| %s | %s | %sx%sx%s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | %.2fx |" % (r["op"], r["dtype"], r["m"], r["n"], r["k"],
-          r["sparsity"] or "dense", r["config"], r["origin"], f("median_us"), f("p20_us"), f("p80_us"), f("tflops"), f("cublas_us"), f("speedup")))' "$csv"
+    chk = "%.1e" % f("check_rel_err") if f("check_rel_err") >= 0 else "-"
+    print("| %s | %s | %sx%sx%s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | %.2fx | %s |" % (r["op"], r["dtype"], r["m"], r["n"], r["k"],
+          r["sparsity"] or "dense", r["config"], r["origin"], f("median_us"), f("p20_us"), f("p80_us"), f("tflops"), f("cublas_us"), f("speedup"), chk))' "$csv"
 } >"$out/RESULTS.fragment.md"
 
 echo
