@@ -3,8 +3,8 @@
  * Inputs are uniform [-1, 1) (never zeros) with shifted pre-activations: X[:, d_model-1] = 1
  * and Wg[d_model-1, :] = -b, b chosen so that a fraction problem.twell_sparsity (default 0.99; the
  * bench command sets it from --sparsity) of relu(X . Wg) is zero, independently per token and
- * unit. twell-gate: one launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM
- * of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
+ * unit; with --skew A each unit j has its own b_j and rate (harness_unit_rates). twell-gate: one
+ * launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
  * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. Before timing,
  * CHECK_ROWS token rows spread over the whole output (so every part of the grid is seen) are
  * compared with an fp64 host reference. */
@@ -36,10 +36,11 @@ static double bench_sparsity(const sj_problem *p)
     return p->twell_sparsity > 0 ? p->twell_sparsity : CLI_TWELL_SPARSITY;
 }
 
-/* Uploads n random values of dtype (uniform [-1, 1)); column col of every row of width ld is
- * set to value when col >= 0. The host copy goes to *keep. */
+/* Uploads n random values of dtype (uniform [-1, 1)); column col of every row r of width ld is
+ * set to value, or to row_value[r] when row_value is not NULL, when col >= 0. The host copy goes
+ * to *keep. */
 static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64_t ld, int64_t col, float value,
-                               uint64_t *rng, sj_devptr *out, uint16_t **keep)
+                               const float *row_value, uint64_t *rng, sj_devptr *out, uint16_t **keep)
 {
     size_t n = (size_t)(rows * ld);
     uint16_t *host = malloc(n * sizeof *host);
@@ -47,7 +48,7 @@ static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64
     harness_fill16(dt, host, n, 1.0f, rng);
     if (col >= 0) {
         uint16_t v = harness_f32_to_16(dt, value);
-        for (int64_t r = 0; r < rows; r++) host[r * ld + col] = v;
+        for (int64_t r = 0; r < rows; r++) host[r * ld + col] = row_value ? harness_f32_to_16(dt, row_value[r]) : v;
     }
     sj_status st = sj_malloc(ctx, n * sizeof *host, out);
     if (st == SJ_OK && (st = sj_memcpy_htod(ctx, *out, host, n * sizeof *host)) != SJ_OK) {
@@ -97,20 +98,32 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     }
     /* the sparsity is part of the cache key: without it the gate would miss a winner tuned at it */
     c->gate.twell_sparsity = p->twell_sparsity;
-    /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9 */
-    double shift = sqrt((double)(d_model - 1) / 9.0) * harness_normal_quantile(sparsity);
+    c->gate.twell_skew = p->twell_skew;
+    /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9; unit j's shift makes
+     * it fire at its rate (all 1 - sparsity unless the problem has a skew) */
+    double sigma = sqrt((double)(d_model - 1) / 9.0);
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
-    if ((st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, &rng, &c->X, &c->hX)) != SJ_OK ||
-        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, (float)-shift, &rng, &c->WgT, &c->hWgT)) != SJ_OK ||
+    double *rate = malloc(sizeof *rate * (size_t)d_ff);
+    float *shift = malloc(sizeof *shift * (size_t)d_ff);
+    st = rate && shift ? harness_unit_rates(1.0 - sparsity, p->twell_skew, d_ff, &rng, rate)
+                       : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %lld unit rates", (long long)d_ff);
+    for (int64_t j = 0; st == SJ_OK && j < d_ff; j++) shift[j] = (float)(-sigma * harness_normal_quantile(1.0 - rate[j]));
+    if (st != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, NULL, &rng, &c->X, &c->hX)) != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, 0, shift, &rng, &c->WgT, &c->hWgT)) != SJ_OK ||
         (st = sj_twell_device_alloc(ctx, &layout, &c->H)) != SJ_OK) {
+        free(rate);
+        free(shift);
         teardown(ctx, c);
         return st;
     }
+    free(rate);
+    free(shift);
     if (ffn) {
         size_t y_bytes = (size_t)(p->m * d_model) * sj_dtype_size(p->out_dtype);
-        if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->WuT, &c->hWuT)) != SJ_OK ||
-            (st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, &rng, &c->Wd, &c->hWd)) != SJ_OK ||
+        if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, NULL, &rng, &c->WuT, &c->hWuT)) != SJ_OK ||
+            (st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, NULL, &rng, &c->Wd, &c->hWd)) != SJ_OK ||
             (st = sj_malloc(ctx, y_bytes, &c->Y)) != SJ_OK) {
             teardown(ctx, c);
             return st;

@@ -15,7 +15,10 @@ const char cli_problem_help[] =
     "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
     "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n"
     "  --sparsity S       twell-*: the activations' expected fraction of zeros, in (0, 1) (default\n"
-    "                     0.99); tune and bench generate inputs at it and the cache key carries it\n";
+    "                     0.99); tune and bench generate inputs at it and the cache key carries it\n"
+    "  --skew A           twell-*: how unevenly the d_ff units fire in those inputs: 0 (default)\n"
+    "                     every unit alike; A > 0: the unit of rank r fires at a rate ~ r^-A (max\n"
+    "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n";
 
 static int out_set, shape_set, sparsity_set;
 
@@ -47,7 +50,7 @@ static int parse_ints(const char *s, char sep, long long *v, int n)
 int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
 {
     const char *opt = argv[*i];
-    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", NULL };
+    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", "--skew", NULL };
     int known = 0;
     for (const char *const *n = names; *n; n++) known |= !strcmp(opt, *n);
     if (!known) return 0;
@@ -102,6 +105,14 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         }
         p->twell_sparsity = s;
         sparsity_set = 1;
+    } else if (!strcmp(opt, "--skew")) {
+        char *end;
+        double a = strtod(val, &end);
+        if (end == val || *end || !(a >= 0 && a <= SJ_TWELL_MAX_SKEW)) {
+            fprintf(stderr, "sparsejit: --skew '%s': expected a number in [0, %g], e.g. 1\n", val, SJ_TWELL_MAX_SKEW);
+            return -1;
+        }
+        p->twell_skew = a;
     } else {
         if (!parse_ints(val, 0, v, 1)) {
             fprintf(stderr, "sparsejit: --d-ff '%s': expected an integer\n", val);

@@ -153,8 +153,11 @@ int cmd_bench(int argc, char **argv)
     char desc[256], sp[64] = "";
     sj_problem_describe(&p, desc, sizeof desc);
     if (p.op == SJ_OP_VNM_SPMM) snprintf(sp, sizeof sp, "%d:%d:%d", p.vnm_v, p.vnm_n, p.vnm_m);
-    else if (p.op == SJ_OP_TWELL_GATE || p.op == SJ_OP_TWELL_FFN)
-        snprintf(sp, sizeof sp, "%g@T%d:C%d", p.twell_sparsity, p.twell_tile, p.twell_capacity);
+    else if (p.op == SJ_OP_TWELL_GATE || p.op == SJ_OP_TWELL_FFN) {
+        char skew[24] = ""; /* the input law, when not iid */
+        if (p.twell_skew > 0) snprintf(skew, sizeof skew, "/A%g", p.twell_skew);
+        snprintf(sp, sizeof sp, "%g%s@T%d:C%d", p.twell_sparsity, skew, p.twell_tile, p.twell_capacity);
+    }
     const char *origin = ki.origin == SJ_CONFIG_TUNED ? "tuned" : ki.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default";
     const char *source = ki.source == SJ_FROM_COMPILE ? "compiled" : ki.source == SJ_FROM_CACHE ? "cache" : "table";
     sj_device_info d;

@@ -178,6 +178,7 @@ static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
         if (!(p->twell_sparsity > 0 && p->twell_sparsity < 1))
             luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
                        p->twell_sparsity);
+        p->twell_skew = opt_number(L, t, "skew", 0); /* sj_problem_validate names a bad one */
     }
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);
 }

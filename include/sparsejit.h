@@ -146,7 +146,17 @@ typedef struct sj_problem {
                                        C/(2T) non-zeros per tile). Timings depend on it, so tuning
                                        generates inputs at it and the cache key carries it: a winner
                                        tuned at 0.99 is not reused at 0.999. */
+    double twell_skew;              /* TwELL ops: how unevenly the d_ff units fire in the inputs
+                                       that tuning and bench generate: 0 (default): every unit
+                                       alike, independently per token; A > 0: the unit of rank r
+                                       (a random order) fires at a rate proportional to r^-A,
+                                       capped at 0.5, with the mean still 1 - twell_sparsity, so
+                                       tokens share their busy units as in trained models. In
+                                       [0, SJ_TWELL_MAX_SKEW]; needs twell_sparsity >= 0.5; the
+                                       cache key carries it. */
 } sj_problem;
+
+#define SJ_TWELL_MAX_SKEW 4.0
 
 void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
 sj_status sj_problem_validate(const sj_problem *p);

@@ -108,6 +108,13 @@ sj_status sj_problem_validate(const sj_problem *p)
             return sj_fail(SJ_ERR_INVALID_ARGUMENT,
                            "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)",
                            p->twell_sparsity);
+        if (!(p->twell_skew >= 0 && p->twell_skew <= SJ_TWELL_MAX_SKEW))
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = %g: expected 0 (units alike) .. %g",
+                           p->twell_skew, SJ_TWELL_MAX_SKEW);
+        if (p->twell_skew > 0 && !(p->twell_sparsity >= 0.5))
+            return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+                           "problem.twell_skew = %g needs problem.twell_sparsity >= 0.5 (it is %g): a unit's rate is "
+                           "capped at 0.5", p->twell_skew, p->twell_sparsity);
         if (p->op == SJ_OP_TWELL_FFN && (p->d_ff <= 0 || p->d_ff > SJ_MAX_DIM))
             return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = %lld: expected > 0", (long long)p->d_ff);
     }
@@ -118,9 +125,9 @@ void rt_sparsity_text(const sj_problem *p, char *buf, size_t len)
 {
     /* An unspecified TwELL sparsity keeps the text it had before the field existed, so entries
      * tuned then still match. */
-    char s[32] = "";
+    char s[48] = "";
     if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && p->twell_sparsity > 0)
-        snprintf(s, sizeof s, ",S=%.4g", p->twell_sparsity);
+        snprintf(s, sizeof s, p->twell_skew > 0 ? ",S=%.4g,A=%.4g" : ",S=%.4g", p->twell_sparsity, p->twell_skew);
     switch (p->op) {
     case SJ_OP_VNM_SPMM:
     case SJ_OP_VNM_COMPRESS:

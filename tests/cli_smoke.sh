@@ -26,6 +26,14 @@ for s in 1 0 1.5 -0.1 0.9x; do
   [ $rc -eq 2 ] && echo "$out" | grep -q "sparsity '$s': expected a fraction of zeros in (0, 1)" ||
     fail "bad --sparsity $s must exit 2 naming it (got $rc: $out)"
 done
+for a in -1 4.5 x; do
+  out=$("$cli" bench --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew "$a" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "skew '$a': expected a number in \[0, 4\]" ||
+    fail "bad --skew $a must exit 2 naming it (got $rc: $out)"
+done
+out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
+"$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
 out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
 tmp=$(mktemp -d)
@@ -44,6 +52,8 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   echo "$row" | grep -q ',tuned,' || fail "bench twell-gate after tune must use the tuned winner: $row"
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --rounds 1 --csv 2>&1) || fail "bench twell-ffn: $row"
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn must report its check: $row"
+  row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
+  echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
   rm -rf "$tmp"
 fi
 echo "cli smoke: ok"

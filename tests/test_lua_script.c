@@ -111,13 +111,16 @@ static void test_gpu_call_without_gpu_raises(void **state)
         "print('pcall', ok, err)\n"
         "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn', shape = { 64, 256, 256 }, d_ff = 1024, sparsity = 1.5 })\n"
         "print('sparsity', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn', shape = { 64, 256, 256 }, d_ff = 1024, skew = 9 })\n"
+        "print('skew', ok, err)\n"
         "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
         "print('not reached')\n",
         NULL);
     assert_int_equal(r.rc, 1);
     assert_contains(r.out, "pcall\tfalse\tsparsejit.bench: benchmarking needs a GPU");
     assert_contains(r.out, "sparsity\tfalse\tsparsejit.bench: sparsity 1.5: expected a fraction of zeros in (0, 1)");
-    assert_contains(r.err, "gpu.lua:5: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.out, "skew\tfalse\tsparsejit.bench: problem.twell_skew = 9: expected 0 (units alike) .. 4");
+    assert_contains(r.err, "gpu.lua:7: sparsejit.tune: tuning needs a GPU");
     assert_contains(r.err, "stack traceback");
     assert_null(strstr(r.out, "not reached"));
     done(&r);

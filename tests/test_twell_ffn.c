@@ -364,6 +364,84 @@ static void test_cache_key_carries_sparsity(void **state)
         SJ_ASSERT_OK(rt_cache_key(ctx90, &p[i], &k));
         assert_string_equal(k.sparsity, want[i]);
     }
+    /* the input law is part of the key, and is checked */
+    sj_problem q = p[1];
+    q.twell_skew = 1.5;
+    cache_key k;
+    SJ_ASSERT_OK(rt_cache_key(ctx90, &q, &k));
+    assert_string_equal(k.sparsity, "T=128,C=16,DFF=5632,S=0.99,A=1.5");
+    q.twell_skew = 4.5;
+    SJ_ASSERT_STATUS(sj_problem_validate(&q), SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = 4.5: expected 0");
+    q.twell_skew = -1;
+    SJ_ASSERT_STATUS(sj_problem_validate(&q), SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = -1");
+    q.twell_skew = 1;
+    q.twell_sparsity = 0.3;
+    SJ_ASSERT_STATUS(sj_problem_validate(&q), SJ_ERR_INVALID_ARGUMENT, "needs problem.twell_sparsity >= 0.5");
+    q.twell_sparsity = 0;
+    SJ_ASSERT_STATUS(sj_problem_validate(&q), SJ_ERR_INVALID_ARGUMENT, "needs problem.twell_sparsity >= 0.5");
+}
+
+/* Share of the total rate held by the busiest fifth of the units. */
+static double top_fifth_share(const double *rate, int64_t n)
+{
+    double *r = malloc(sizeof *r * (size_t)n), total = 0, top = 0;
+    assert_non_null(r);
+    memcpy(r, rate, sizeof *r * (size_t)n);
+    for (int64_t i = 0; i < n; i++) total += r[i];
+    for (int64_t i = 0; i < n / 5; i++) { /* partial selection of the n/5 largest */
+        int64_t best = i;
+        for (int64_t j = i + 1; j < n; j++)
+            if (r[j] > r[best]) best = j;
+        double t = r[i];
+        r[i] = r[best];
+        r[best] = t;
+        top += r[i];
+    }
+    free(r);
+    return top / total;
+}
+
+/* The generated inputs' per-unit firing rates: the mean is the density asked for, no unit
+ * exceeds the cap, the skew concentrates activity as documented, a seed fixes the order. */
+static void test_unit_rates(void **state)
+{
+    enum { N = 5632 };
+    static double a[N], b[N];
+    uint64_t rng = 7;
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 0, N, &rng, a));
+    for (int j = 0; j < N; j++) assert_true(a[j] == 0.01);
+    assert_int_equal(rng, 7); /* iid inputs draw nothing: they stay what they were */
+    double share[3];
+    const double skews[3] = { 0.5, 1, 2 };
+    for (int s = 0; s < 3; s++) {
+        rng = 7;
+        SJ_ASSERT_OK(harness_unit_rates(0.01, skews[s], N, &rng, a));
+        double mean = 0, lo = 1, hi = 0;
+        for (int j = 0; j < N; j++) {
+            mean += a[j] / N;
+            lo = fmin(lo, a[j]);
+            hi = fmax(hi, a[j]);
+        }
+        assert_true(fabs(mean - 0.01) < 1e-9);
+        assert_true(lo > 0 && hi <= HARNESS_RATE_CAP);
+        share[s] = top_fifth_share(a, N);
+    }
+    assert_true(share[0] > 0.35 && share[0] < 0.55);  /* 44% at d_ff 11008 */
+    assert_true(share[1] > 0.65 && share[1] < 0.85);  /* 76% */
+    assert_true(share[2] > 0.95);                     /* 98% */
+    rng = 7;
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, b));
+    rng = 7;
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, a));
+    assert_memory_equal(a, b, sizeof a);
+    rng = 8;
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, b));
+    assert_true(memcmp(a, b, sizeof a) != 0);           /* another seed, another order of the units */
+    rng = 7;
+    SJ_ASSERT_OK(harness_unit_rates(0.6, 1, N, &rng, a)); /* above the cap: all alike */
+    for (int j = 0; j < N; j++) assert_true(a[j] == 0.6);
+    SJ_ASSERT_STATUS(harness_unit_rates(0.01, 5, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "skew 5");
+    SJ_ASSERT_STATUS(harness_unit_rates(0, 1, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "expected density in (0, 1]");
 }
 
 /* The ops refuse bad arguments before they look for a kernel. On a machine whose GPU is sm_90a,
@@ -690,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_sass),
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_cache_key_carries_sparsity),
+        cmocka_unit_test(test_unit_rates),
         cmocka_unit_test(test_api_checks),
         cmocka_unit_test(test_gate_and_ffn_gpu),
         cmocka_unit_test(test_gate_tile_widths_gpu),

@@ -319,18 +319,59 @@ double harness_16_to_f64(sj_dtype dt, uint16_t h)
     return (h & 0x8000) ? -v : v;
 }
 
+double harness_next_unit(uint64_t *state)
+{
+    /* xorshift64*: 53 random bits -> [0, 1) */
+    uint64_t s = *state;
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    *state = s;
+    return (double)((s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
 void harness_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state)
 {
-    for (size_t i = 0; i < n; i++) {
-        /* xorshift64*: 53 random bits -> [-1, 1); zero values are possible but never all. */
-        uint64_t s = *state;
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        *state = s;
-        double u = (double)((s * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-        x[i] = harness_f32_to_16(dt, (float)(u * scale));
+    /* zero values are possible but never all */
+    for (size_t i = 0; i < n; i++) x[i] = harness_f32_to_16(dt, (float)((harness_next_unit(state) * 2.0 - 1.0) * scale));
+}
+
+/* Mean over units of min(c * w_j, cap). */
+static double capped_mean(const double *w, int64_t n, double c, double cap)
+{
+    double sum = 0;
+    for (int64_t j = 0; j < n; j++) sum += fmin(c * w[j], cap);
+    return sum / (double)n;
+}
+
+sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate)
+{
+    if (!(density > 0 && density <= 1) || !(skew >= 0 && skew <= SJ_TWELL_MAX_SKEW) || n < 1 || !rng || !rate)
+        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: density %g, skew %g, n %lld: expected density in "
+                       "(0, 1], skew in [0, %g], n >= 1", density, skew, (long long)n, SJ_TWELL_MAX_SKEW);
+    if (skew == 0 || density >= HARNESS_RATE_CAP) {
+        for (int64_t j = 0; j < n; j++) rate[j] = density;
+        return SJ_OK;
     }
+    /* rank r (1..n) of a random order: weight r^-skew; rate = min(c * weight, cap), with c found
+     * by bisection so that the mean is density (the mean rises with c up to cap > density) */
+    for (int64_t j = 0; j < n; j++) rate[j] = (double)(j + 1);
+    for (int64_t j = n - 1; j > 0; j--) {
+        int64_t i = (int64_t)(harness_next_unit(rng) * (double)(j + 1));
+        double t = rate[j];
+        rate[j] = rate[i];
+        rate[i] = t;
+    }
+    for (int64_t j = 0; j < n; j++) rate[j] = pow(rate[j], -skew);
+    double lo = 0, hi = 1;
+    while (capped_mean(rate, n, hi, HARNESS_RATE_CAP) < density) hi *= 2;
+    for (int it = 0; it < 100; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (capped_mean(rate, n, mid, HARNESS_RATE_CAP) < density) lo = mid;
+        else hi = mid;
+    }
+    for (int64_t j = 0; j < n; j++) rate[j] = fmin(hi * rate[j], HARNESS_RATE_CAP);
+    return SJ_OK;
 }
 
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)

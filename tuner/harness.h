@@ -80,6 +80,15 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
 
 /* Random 16-bit values of dtype in [-scale, scale), never all zero, from a seeded generator. */
 void harness_fill16(sj_dtype dtype, uint16_t *x, size_t n, float scale, uint64_t *state);
+/* The next value in [0, 1) of a seeded xorshift64* generator (state != 0). */
+double harness_next_unit(uint64_t *state);
+/* The firing rate of each of n units (d_ff columns) for generated TwELL inputs: all equal to
+ * density when skew is 0; else unit of rank r in a random order fires at a rate proportional
+ * to r^-skew, capped at HARNESS_RATE_CAP, scaled so the mean is density (at 1% density and
+ * d_ff 11008 the busiest fifth of the units carries 44% of the non-zeros at skew 0.5, 76% at 1,
+ * 98% at 2). density at or above the cap: all equal. */
+#define HARNESS_RATE_CAP 0.5
+sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate);
 /* A new device buffer holding `bytes` from host. */
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out);
 /* A new device buffer of n random 16-bit values of dtype, uniform in [-1, 1) (never zeros). */

@@ -2,7 +2,8 @@
  *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
  * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity
- * (timings depend on it; the cache key carries it) or, when that is unspecified, a fraction
+ * (timings depend on it; the cache key carries it; with twell_skew the units' rates differ,
+ * harness_unit_rates) or, when that is unspecified, a fraction
  * C / (2T) of non-zeros: tiles then hold C/2 on average and rarely overflow. The
  * output is read back through sj_twell_download + sj_twell_to_dense (which also validates it),
  * and compared with relu of templates/gemm_reference.lua over the same X and Wg.
@@ -32,16 +33,6 @@ static double target_density(const sj_problem *p)
     double d = (double)p->twell_capacity / (2.0 * p->twell_tile);
     double lo = 1.0 / p->twell_tile;
     return d < lo ? lo : d > 0.5 ? 0.5 : d;
-}
-
-static double next_unit(uint64_t *s) /* [0, 1) */
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return (double)((x * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
 static uint64_t seed_state(uint64_t seed, uint64_t salt)
@@ -82,7 +73,8 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     int64_t M = p->m, N = p->n, K = p->k;
     uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
              *WgT = malloc(sizeof *WgT * (size_t)(N * K));
-    if (!X || !Wg || !WgT) {
+    double *rate = malloc(sizeof *rate * (size_t)N);
+    if (!X || !Wg || !WgT || !rate) {
         st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
                      (long long)N, (long long)K);
         goto done;
@@ -91,11 +83,14 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     harness_fill16(p->dtype, X, (size_t)(M * K), 1.0f, &rng);
     harness_fill16(p->dtype, Wg, (size_t)(K * N), 1.0f, &rng);
     if (K >= 2) {
-        /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each). */
-        double bias = sqrt((double)(K - 1) / 9.0) * harness_normal_quantile(1.0 - target_density(p));
-        uint16_t one = harness_f32_to_16(p->dtype, 1.0f), b = harness_f32_to_16(p->dtype, (float)-bias);
+        /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit
+         * j's bias makes it fire at its rate (all alike unless the problem has a skew). */
+        double sigma = sqrt((double)(K - 1) / 9.0);
+        if ((st = harness_unit_rates(target_density(p), p->twell_skew, N, &rng, rate)) != SJ_OK) goto done;
+        uint16_t one = harness_f32_to_16(p->dtype, 1.0f);
         for (int64_t r = 0; r < M; r++) X[r * K] = one;
-        for (int64_t j = 0; j < N; j++) Wg[j] = b;
+        for (int64_t j = 0; j < N; j++)
+            Wg[j] = harness_f32_to_16(p->dtype, (float)(-sigma * harness_normal_quantile(1.0 - rate[j])));
     }
     for (int64_t kk = 0; kk < K; kk++)
         for (int64_t j = 0; j < N; j++) WgT[j * K + kk] = Wg[kk * N + j];
@@ -110,6 +105,7 @@ done:
     free(X);
     free(Wg);
     free(WgT);
+    free(rate);
     return st;
 }
 
@@ -229,14 +225,20 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
     harness_fill16(p->dtype, s->hX, (size_t)(M * D), 1.0f, &rng);
     harness_fill16(p->dtype, s->hWuT, (size_t)(F * D), 1.0f, &rng);
     harness_fill16(p->dtype, s->hWd, (size_t)(F * D), 1.0f, &rng);
-    double density = target_density(p);
+    double *rate = malloc(sizeof *rate * (size_t)F);
+    if (!rate) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %lld unit rates", (long long)F);
+    if ((st = harness_unit_rates(target_density(p), p->twell_skew, F, &rng, rate)) != SJ_OK) {
+        free(rate);
+        return st;
+    }
     uint16_t zero = harness_f32_to_16(p->dtype, 0.0f);
     for (int64_t i = 0; i < M * F; i++) {
         /* positive values in (0, 1], as a ReLU writes them */
-        int on = next_unit(&rng) < density;
-        s->hH[i] = on ? harness_f32_to_16(p->dtype, (float)(1.0 - next_unit(&rng))) : zero;
+        int on = harness_next_unit(&rng) < rate[i % F];
+        s->hH[i] = on ? harness_f32_to_16(p->dtype, (float)(1.0 - harness_next_unit(&rng))) : zero;
         s->nnz += on;
     }
+    free(rate);
     sj_twell_host th;
     if ((st = sj_twell_from_dense(&layout, s->hH, F, &th, NULL)) != SJ_OK) return st;
     st = sj_twell_upload(h->ctx, &th, &s->H);
