@@ -25,6 +25,10 @@ void kernel_table_normalize(const sj_problem *p, sj_problem *out)
         out->twell_tile = p->twell_tile;
         out->twell_capacity = p->twell_capacity;
         if (p->op == SJ_OP_TWELL_FFN) out->d_ff = p->d_ff;
+        /* the cache keeps a winner per input law (sparsity, skew): so must the table, or a
+         * process would keep using the winner of the first sparsity it ran */
+        out->twell_sparsity = p->twell_sparsity;
+        out->twell_skew = p->twell_skew;
     }
 }
 

@@ -172,6 +172,19 @@ static void test_kernel_table(void **state)
     sj_problem q = gemm(64, 64, 64);
     q.vnm_v = 99;
     assert_ptr_equal(kernel_table_get(&t, &q, ""), &ks[0]);
+    /* a TwELL problem's sparsity and skew select its tuned winner: they are part of the key */
+    sj_twell_layout l;
+    SJ_ASSERT_OK(sj_twell_layout_init(&l, SJ_DTYPE_F16, 256, 1024, 128, 16));
+    sj_problem tw[3];
+    SJ_ASSERT_OK(sj_twell_ffn_problem(&l, 512, SJ_DTYPE_F16, &tw[0]));
+    tw[0].twell_sparsity = 0.99;
+    tw[1] = tw[0];
+    tw[1].twell_sparsity = 0.999;
+    tw[2] = tw[0];
+    tw[2].twell_skew = 1;
+    for (int i = 0; i < 3; i++) SJ_ASSERT_OK(kernel_table_put(&t, &tw[i], "", &ks[i]));
+    for (int i = 0; i < 3; i++) assert_ptr_equal(kernel_table_get(&t, &tw[i], ""), &ks[i]);
+    for (int i = 0; i < 3; i++) kernel_table_forget(&t, &tw[i]);
     for (int i = 0; i < N; i += 2) {
         sj_problem p = gemm(64 + i, 64, 64);
         kernel_table_forget(&t, &p);
