@@ -4,10 +4,11 @@
  * and Wg[d_model-1, :] = -b, b chosen so that a fraction problem.twell_sparsity (default 0.99; the
  * bench command sets it from --sparsity) of relu(X . Wg) is zero, independently per token and
  * unit; with --skew A each unit j has its own b_j and rate (harness_unit_rates). twell-gate: one
- * launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM of the same shape. twell-ffn: one launch is the whole FFN block, the gate and then the fused
- * FFN over the TwELL the gate just wrote, against the block's three dense GEMMs. Before timing,
- * CHECK_ROWS token rows spread over the whole output (so every part of the grid is seen) are
- * compared with an fp64 host reference. */
+ * launch is the gate GEMM with its TwELL epilogue, against one cuBLAS GEMM of the same shape.
+ * twell-ffn: one launch is the whole FFN block, the gate and then the fused FFN over the TwELL
+ * the gate just wrote, against the block's three dense GEMMs. Before timing, CHECK_ROWS token
+ * rows spread over the whole output (so every part of the grid is seen) are compared with an
+ * fp64 host reference. */
 #include "bench.h"
 #include "cli_problem.h"
 #include "runtime/error.h"
