@@ -102,25 +102,24 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     c->gate.twell_skew = p->twell_skew;
     /* x . w over d_model - 1 uniform terms has variance (d_model - 1) / 9; unit j's shift makes
      * it fire at its rate (all 1 - sparsity unless the problem has a skew) */
-    double sigma = sqrt((double)(d_model - 1) / 9.0);
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
-    double *rate = malloc(sizeof *rate * (size_t)d_ff);
-    float *shift = malloc(sizeof *shift * (size_t)d_ff);
-    st = rate && shift ? harness_unit_rates(1.0 - sparsity, p->twell_skew, d_ff, &rng, rate)
-                       : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %lld unit rates", (long long)d_ff);
-    for (int64_t j = 0; st == SJ_OK && j < d_ff; j++) shift[j] = (float)(-sigma * harness_normal_quantile(1.0 - rate[j]));
+    double *shift = malloc(sizeof *shift * (size_t)d_ff);
+    float *bias = malloc(sizeof *bias * (size_t)d_ff);
+    st = shift && bias ? harness_unit_shifts(1.0 - sparsity, p->twell_skew, sqrt((double)(d_model - 1) / 9.0), d_ff, &rng, shift)
+                       : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %lld unit shifts", (long long)d_ff);
+    for (int64_t j = 0; st == SJ_OK && j < d_ff; j++) bias[j] = (float)-shift[j];
     if (st != SJ_OK ||
         (st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, NULL, &rng, &c->X, &c->hX)) != SJ_OK ||
-        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, 0, shift, &rng, &c->WgT, &c->hWgT)) != SJ_OK ||
+        (st = random_upload(ctx, p->dtype, d_ff, d_model, d_model - 1, 0, bias, &rng, &c->WgT, &c->hWgT)) != SJ_OK ||
         (st = sj_twell_device_alloc(ctx, &layout, &c->H)) != SJ_OK) {
-        free(rate);
         free(shift);
+        free(bias);
         teardown(ctx, c);
         return st;
     }
-    free(rate);
     free(shift);
+    free(bias);
     if (ffn) {
         size_t y_bytes = (size_t)(p->m * d_model) * sj_dtype_size(p->out_dtype);
         if ((st = random_upload(ctx, p->dtype, d_ff, d_model, -1, 0, NULL, &rng, &c->WuT, &c->hWuT)) != SJ_OK ||

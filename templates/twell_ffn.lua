@@ -138,11 +138,11 @@ local function space(problem)
 end
 
 local DEFAULTS = {
-  { WARPS = 8, NT = 2, ROUND = 16384, UCAP = 512, STAGES = 4, PERSIST = 0 },
-  { WARPS = 8, NT = 1, ROUND = 16384, UCAP = 512, STAGES = 4, PERSIST = 0 },
-  { WARPS = 8, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 3, PERSIST = 0 },
-  { WARPS = 16, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 2, PERSIST = 0 },
-  { WARPS = 8, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2, PERSIST = 0 },
+  { WARPS = 8, NT = 2, ROUND = 16384, UCAP = 512, STAGES = 4 },
+  { WARPS = 8, NT = 1, ROUND = 16384, UCAP = 512, STAGES = 4 },
+  { WARPS = 8, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 3 },
+  { WARPS = 16, NT = 1, ROUND = 4096, UCAP = 256, STAGES = 2 },
+  { WARPS = 8, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2 },
 }
 
 -- NT = 2 halves the weight rows read per token when blocks share units, but costs registers:
@@ -151,7 +151,7 @@ local DEFAULTS = {
 local function default(problem)
   local cfg
   for _, d in ipairs(DEFAULTS) do
-    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = d.PERSIST }
+    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0 }
     if valid(problem, cfg) then return cfg end
   end
   return cfg

@@ -440,6 +440,14 @@ static void test_unit_rates(void **state)
     rng = 7;
     SJ_ASSERT_OK(harness_unit_rates(0.6, 1, N, &rng, a)); /* above the cap: all alike */
     for (int j = 0; j < N; j++) assert_true(a[j] == 0.6);
+    /* the shifts make each unit fire at its rate: P(N(0, sigma^2) > shift_j) = rate_j */
+    for (int s = 0; s < 2; s++) {
+        rng = 9;
+        SJ_ASSERT_OK(harness_unit_rates(0.01, s, N, &rng, a));
+        rng = 9;
+        SJ_ASSERT_OK(harness_unit_shifts(0.01, s, 21.0, N, &rng, b));
+        for (int j = 0; j < N; j++) assert_true(fabs(0.5 * erfc(b[j] / (21.0 * sqrt(2.0))) - a[j]) < 1e-6 * a[j] + 1e-12);
+    }
     SJ_ASSERT_STATUS(harness_unit_rates(0.01, 5, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "skew 5");
     SJ_ASSERT_STATUS(harness_unit_rates(0, 1, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "expected density in (0, 1]");
 }

@@ -374,6 +374,19 @@ sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *r
     return SJ_OK;
 }
 
+sj_status harness_unit_shifts(double density, double skew, double sigma, int64_t n, uint64_t *rng, double *shift)
+{
+    sj_status st = harness_unit_rates(density, skew, n, rng, shift);
+    if (st != SJ_OK) return st;
+    if (skew == 0) { /* all alike: one quantile */
+        double z = sigma * harness_normal_quantile(1.0 - density);
+        for (int64_t j = 0; j < n; j++) shift[j] = z;
+        return SJ_OK;
+    }
+    for (int64_t j = 0; j < n; j++) shift[j] = sigma * harness_normal_quantile(1.0 - shift[j]);
+    return SJ_OK;
+}
+
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out)
 {
     sj_status st = sj_malloc(ctx, bytes, out);

@@ -89,6 +89,9 @@ double harness_next_unit(uint64_t *state);
  * 98% at 2). density at or above the cap: all equal. */
 #define HARNESS_RATE_CAP 0.5
 sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate);
+/* The same units' pre-activation shifts: unit j fires (x . w > shift[j] for x . w ~ N(0, sigma^2))
+ * at its rate from harness_unit_rates. */
+sj_status harness_unit_shifts(double density, double skew, double sigma, int64_t n, uint64_t *rng, double *shift);
 /* A new device buffer holding `bytes` from host. */
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out);
 /* A new device buffer of n random 16-bit values of dtype, uniform in [-1, 1) (never zeros). */

@@ -2,9 +2,9 @@
  *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
  * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity
- * (timings depend on it; the cache key carries it; with twell_skew the units' rates differ,
- * harness_unit_rates) or, when that is unspecified, a fraction
- * C / (2T) of non-zeros: tiles then hold C/2 on average and rarely overflow. The
+ * (timings depend on it; the cache key carries it; with twell_skew each unit has its own rate,
+ * harness_unit_rates) or, when that is unspecified, a fraction C / (2T) of non-zeros: tiles
+ * then hold C/2 on average and rarely overflow. The
  * output is read back through sj_twell_download + sj_twell_to_dense (which also validates it),
  * and compared with relu of templates/gemm_reference.lua over the same X and Wg.
  *
@@ -73,8 +73,8 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     int64_t M = p->m, N = p->n, K = p->k;
     uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
              *WgT = malloc(sizeof *WgT * (size_t)(N * K));
-    double *rate = malloc(sizeof *rate * (size_t)N);
-    if (!X || !Wg || !WgT || !rate) {
+    double *shift = malloc(sizeof *shift * (size_t)N);
+    if (!X || !Wg || !WgT || !shift) {
         st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
                      (long long)N, (long long)K);
         goto done;
@@ -85,12 +85,12 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     if (K >= 2) {
         /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit
          * j's bias makes it fire at its rate (all alike unless the problem has a skew). */
-        double sigma = sqrt((double)(K - 1) / 9.0);
-        if ((st = harness_unit_rates(target_density(p), p->twell_skew, N, &rng, rate)) != SJ_OK) goto done;
+        if ((st = harness_unit_shifts(target_density(p), p->twell_skew, sqrt((double)(K - 1) / 9.0), N, &rng, shift)) !=
+            SJ_OK)
+            goto done;
         uint16_t one = harness_f32_to_16(p->dtype, 1.0f);
         for (int64_t r = 0; r < M; r++) X[r * K] = one;
-        for (int64_t j = 0; j < N; j++)
-            Wg[j] = harness_f32_to_16(p->dtype, (float)(-sigma * harness_normal_quantile(1.0 - rate[j])));
+        for (int64_t j = 0; j < N; j++) Wg[j] = harness_f32_to_16(p->dtype, (float)-shift[j]);
     }
     for (int64_t kk = 0; kk < K; kk++)
         for (int64_t j = 0; j < N; j++) WgT[j * K + kk] = Wg[kk * N + j];
@@ -105,7 +105,7 @@ done:
     free(X);
     free(Wg);
     free(WgT);
-    free(rate);
+    free(shift);
     return st;
 }
 

@@ -2,8 +2,9 @@
  * Owns the stable candidate order (mixed radix over the template's params, values in declared
  * order, duplicates dropped), constraint pruning through a validity predicate, the exhaustive
  * strategy and the budgeted one (the template's default, a seeded random sample, then batches
- * picked by a model of the measurements so far), the visited set that keeps every candidate unique, and the winner rules
- * of the sweep and of the run-off (fastest; ties within noise go to the stable order). */
+ * picked by a model of the measurements so far), the visited set that keeps every candidate
+ * unique, and the winner rules of the sweep and of the run-off (fastest; ties within noise go
+ * to the stable order). */
 #include "tuner.h"
 #include "runtime/error.h"
 
