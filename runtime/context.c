@@ -152,6 +152,8 @@ sj_status sj_context_destroy(sj_context *ctx)
         free(ctx->kernels[i]);
     }
     free(ctx->kernels);
+    if (ctx->scratch && sj_cu.cuMemFree(ctx->scratch) != CUDA_SUCCESS)
+        st = sj_fail(SJ_ERR_CUDA, "cuMemFree of the scratch buffer failed while destroying the context");
     kernel_table_free(&ctx->table);
     free(ctx->forced);
     cache_close(ctx->cache);
@@ -221,6 +223,32 @@ sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out)
         return sj_fail_context(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
                                "sj_malloc(%zu bytes)", bytes);
     }
+    *out = p;
+    return SJ_OK;
+}
+
+sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out)
+{
+    if (ctx->scratch_bytes >= bytes) {
+        *out = ctx->scratch;
+        return SJ_OK;
+    }
+    sj_status st;
+    if (ctx->scratch) {
+        /* the kernels queued on it must finish before it goes */
+        if ((st = sj_synchronize(ctx)) != SJ_OK) return st;
+        SJ_CU_CHECK(sj_cu.cuMemFree(ctx->scratch), "cuMemFree (scratch)");
+        ctx->scratch = 0;
+        ctx->scratch_bytes = 0;
+    }
+    sj_devptr p;
+    if ((st = sj_malloc(ctx, bytes, &p)) != SJ_OK) return st;
+    if ((st = sj_memset_u8(ctx, p, 0, bytes)) != SJ_OK) {
+        sj_free(ctx, p);
+        return st;
+    }
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
     *out = p;
     return SJ_OK;
 }

@@ -3,8 +3,11 @@
  *   sj_twell_gate: H = relu(X . Wg) written as TwELL by templates/twell_gate.lua, whose epilogue
  *     also writes the overflow path (true counts, dense spill of tiles over C);
  *   sj_twell_ffn: Y = (H (.) (X . Wu)) . Wd by templates/twell_ffn.lua, which reads the spill of
- *     every tile whose count exceeds C, so overflow stays exact.
+ *     every tile whose count exceeds C, so overflow stays exact; its ALGO=1 kernels take a
+ *     workspace (counters and pair lists) from the context's scratch buffer.
  * Both check every argument against the problem before anything reaches the GPU. */
+#include <string.h>
+
 #include "error.h"
 #include "runtime.h"
 #include "twell_format.h"
@@ -68,8 +71,27 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
         return st;
     const loaded_kernel *k;
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    return rt_twell_ffn_launch(ctx, k, p, X, H, WuT, Wd, Y, stream);
+}
+
+/* Bytes of workspace an ALGO=1 (pairs) FFN kernel needs: the counters, then a pair list of d_ff
+ * entries per token (templates/lib/twell_pairs.lua, list_offset / workspace_bytes). */
+static size_t ffn_pairs_workspace(const sj_problem *p)
+{
+    size_t list_offset = (size_t)((2 + (p->m + 255) / 256 + 63) / 64 * 64);
+    return 4 * (list_offset + (size_t)p->m * (size_t)p->d_ff);
+}
+
+sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+                              const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream)
+{
+    sj_devptr work = 0;
+    if (strstr(k->config, "ALGO=1")) {
+        sj_status st = rt_scratch(ctx, ffn_pairs_workspace(p), &work);
+        if (st != SJ_OK) return st;
+    }
     int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f };
+    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work };
     return rt_launch(ctx, k, args, stream);
 }

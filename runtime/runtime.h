@@ -26,6 +26,8 @@ struct sj_context {
     int n_kernels, cap_kernels;
     sj_stats stats;
     sj_kernel_info last;
+    sj_devptr scratch;         /* rt_scratch: workspaces of kernels that need one */
+    size_t scratch_bytes;
     /* per-problem forced configs (sj_set_config), a small list */
     struct forced_config { sj_problem problem; char config[256]; } *forced;
     int n_forced, cap_forced;
@@ -65,5 +67,13 @@ sj_status rt_tensor_map_rows(sj_context *ctx, sj_tensor_map *map, sj_devptr base
  * and WgT): sj_twell_gate and the tuner's harness share it. */
 sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
                                sj_devptr WgT, const sj_twell_device *H, void *stream);
+
+/* Launches a twell-ffn kernel with its ABI (X, H, WuT, Wd, Y, M, D, F, workspace): sj_twell_ffn
+ * and the tuner's harness share it. ALGO=1 kernels get the context's scratch buffer. */
+sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+                              const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream);
+/* The context's device scratch, at least bytes, zero-filled when it is (re)allocated; kernels that
+ * use it leave it zeroed (templates/lib/twell_pairs.lua). Launches that share it must not overlap. */
+sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out);
 
 #endif

@@ -4,10 +4,14 @@
 -- Problem: op "twell-ffn", M = tokens, N = d_model (output), K = d_model (input, N == K),
 -- DFF = d_ff, T / C of the TwELL input, out_dtype = Y.
 -- Kernel ABI: (const T* X, const unsigned* entries, const int* counts, const T* spill,
---              const T* WuT, const T* Wd, OutT* Y, int M, int D, int F); X is M x D, WuT and Wd
--- are F x D (row j = Wu[:, j] and Wd[j, :]), Y is M x D, all row-major.
+--              const T* WuT, const T* Wd, OutT* Y, int M, int D, int F, unsigned* work); X is
+-- M x D, WuT and Wd are F x D (row j = Wu[:, j] and Wd[j, :]), Y is M x D, all row-major.
 --
--- One CTA owns a block of BT = 8*NT tokens for the whole d_ff sweep, so its output block Y_b
+-- Two algorithms (ALGO): 0, below, streams weight rows per block of tokens; 1, in
+-- lib/twell_pairs.lua, computes only the (token, unit) pairs over large tiles on CUDA cores and
+-- is the one that uses `work`. Each leaves the other's parameters at fixed values.
+--
+-- ALGO=0: one CTA owns a block of BT = 8*NT tokens for the whole d_ff sweep, so its output block Y_b
 -- (BT x D, fp32) lives in registers: warp w holds output columns [16*MT*w, 16*MT*(w+1)).
 -- X_b stays in shared memory. The d_ff axis is walked in rounds of RT tiles:
 --   1. the union of the block's non-zero columns is built as a bitmask from the TwELL entries
@@ -48,8 +52,9 @@
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
+local pairs_algo = require "lib.twell_pairs"
 
-local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES", "PIPE", "PERSIST" }
+local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES", "PIPE", "PERSIST", "ALGO", "UT", "SLOTS" }
 
 -- Geometry derived from problem and config (all compile-time constants of the kernel).
 local function geometry(problem, cfg)
@@ -105,10 +110,13 @@ local function valid(problem, cfg)
   if problem.N % 8 ~= 0 then return false, "d_model=" .. problem.N .. " must be a multiple of 8" end
   if problem.DFF < 1 then return false, "DFF must be > 0" end
   if cfg.WARPS ~= 8 and cfg.WARPS ~= 16 then return false, "WARPS must be 8 or 16" end
+  if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
+  if cfg.ALGO == 1 then return pairs_algo.valid(problem, cfg) end
+  if cfg.ALGO ~= 0 then return false, "ALGO must be 0 (token blocks) or 1 (pairs)" end
+  if cfg.UT ~= 1024 or cfg.SLOTS ~= 16 then return false, "ALGO=0 takes UT=1024, SLOTS=16 (they belong to ALGO=1)" end
   if cfg.NT ~= 1 and cfg.NT ~= 2 then return false, "NT must be 1 or 2" end
   if not tw.member({ 1024, 4096, 16384 }, cfg.ROUND) then return false, "ROUND must be 1024, 4096 or 16384" end
   if not tw.member({ 128, 256, 512, 1024 }, cfg.UCAP) then return false, "UCAP must be 128, 256, 512 or 1024" end
-  if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
   if cfg.PIPE ~= 0 and cfg.PIPE ~= 1 then return false, "PIPE must be 0 or 1" end
   if cfg.PERSIST ~= 0 and cfg.PERSIST ~= 1 then return false, "PERSIST must be 0 or 1" end
   if cfg.PIPE == 1 then
@@ -134,7 +142,8 @@ end
 
 local function space(problem)
   return { WARPS = { 8, 16 }, NT = { 1, 2 }, ROUND = { 1024, 4096, 16384 }, UCAP = { 128, 256, 512, 1024 },
-           STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 }, PERSIST = { 0, 1 } }
+           STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 }, PERSIST = { 0, 1 }, ALGO = { 0, 1 },
+           UT = { 256, 512, 1024, 2048 }, SLOTS = { 16, 32 } }
 end
 
 local DEFAULTS = {
@@ -151,7 +160,8 @@ local DEFAULTS = {
 local function default(problem)
   local cfg
   for _, d in ipairs(DEFAULTS) do
-    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0 }
+    cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0,
+            ALGO = 0, UT = 1024, SLOTS = 16 }
     if valid(problem, cfg) then return cfg end
   end
   return cfg
@@ -166,9 +176,26 @@ local function bytes(problem)
   return problem.M * problem.N * (2 + osz)
 end
 
+-- ALGO=1: lib/twell_pairs.lua.
+local function generate_pairs(problem, cfg, dt, ot)
+  local g = pairs_algo.geometry(problem, cfg)
+  local env = { UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES, CAP = problem.C, UB = pairs_algo.UB,
+                ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32,
+                out_f16 = ot.size == 2, opack2 = ot.pack2 }
+  for k, v in pairs(g) do env[k] = v end
+  env.entry = string.format("sj_twell_ffn_pairs_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", problem.dtype,
+                            problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
+                            cfg.SLOTS, cfg.STAGES)
+  return {
+    source = cuda.prelude(problem.dtype) .. tw.format_c .. pairs_algo.render(env), entry = env.entry,
+    grid = { g.items, 1, 1 }, block = { g.NTH, 1, 1 }, shared = g.smem,
+  }
+end
+
 local function generate(problem, cfg)
   local dt = cuda.dtype(problem.dtype)
   local ot = cuda.dtype(problem.out_dtype)
+  if cfg.ALGO == 1 then return generate_pairs(problem, cfg, dt, ot) end
   local g = geometry(problem, cfg)
   local env = {
     WARPS = cfg.WARPS, NT = cfg.NT, UCAP = cfg.UCAP, STAGES = cfg.STAGES, TT = problem.T, CAP = problem.C,
@@ -266,7 +293,7 @@ __device__ __forceinline__ int sj_pos(const unsigned* mask, const int* pref, int
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
     const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
-    OutT* __restrict__ Y, int M, int D, int F)
+    OutT* __restrict__ Y, int M, int D, int F, unsigned* work)
 {
   extern __shared__ __align__(16) unsigned char smem[];
   T* Xs = (T*)smem;                                               /* BT x XLD */

@@ -99,6 +99,18 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
     int NT = tu_config_value(g->config, "NT"), W = tu_config_value(g->config, "WARPS");
     int PIPE = tu_config_value(g->config, "PIPE");
     assert_string_equal(g->template_name, "twell_ffn");
+    assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
+    if (tu_config_value(g->config, "ALGO") == 1) { /* pairs: one CTA per work item, up items then down items */
+        int UT = tu_config_value(g->config, "UT");
+        int64_t tiles = cdiv(p->d_ff, p->twell_tile), token_tiles = cdiv(p->m, 32 * W);
+        int64_t items = token_tiles * (cdiv(tiles, UT / p->twell_tile) + cdiv(p->n, 64));
+        assert_int_equal(UT % p->twell_tile, 0);
+        assert_int_equal(g->block[0], (unsigned)(32 * W));
+        assert_int_equal(g->grid[0], (unsigned)items);
+        assert_non_null(strstr(g->source, "atomicAdd(work, 1u)"));   /* the ticket */
+        assert_non_null(strstr(g->source, "twell_pairs.lua"));
+        return;
+    }
     assert_int_equal(g->block[0], (unsigned)(32 * W + (PIPE ? 32 : 0)));   /* PIPE=1: + the producer warp */
     if (PIPE) assert_non_null(strstr(g->source, "cp.async.bulk.shared::cluster.global"));
     unsigned blocks = (unsigned)cdiv(p->m, 8 * NT);
@@ -213,6 +225,10 @@ static void test_defaults_compile(void **state)
         compile_ok(ctx90, &ps[i], NULL);
         compile_ok(ctx80, &ps[i], NULL);
     }
+    /* the pairs FFN on both */
+    compile_ok(ctx90, &ps[2], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=3");
+    compile_ok(ctx80, &ps[2], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=2");
+    compile_ok(ctx80, &ps[3], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=8,UT=256,SLOTS=32,STAGES=2");
     /* the mma.sync gate on sm_90a too */
     compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
 }
@@ -295,6 +311,13 @@ static void test_sass(void **state)
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 8);   /* the token-block loop keeps the same main loops */
     assert_true(count(s, "LDGSTS") >= 8);
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
+    s = sass_of(ctx90, &ffn, "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=3");
+    assert_non_null(s);
+    assert_true(count(s, "FFMA") >= 16 * 16 + 16 * 4); /* 16 slots x 16 k per up chunk, 16 tokens x 4 columns down */
+    assert_true(count(s, "LDGSTS") >= 3);               /* WuT and X pieces up, Wd pieces down */
+    assert_int_equal(count(s, "HMMA"), 0);              /* CUDA cores only */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
     s = sass_of(ctx80, &gate, NULL);
@@ -661,6 +684,9 @@ static void ffn_and_check(sj_context *ctx, const ffn_data *d, const sj_twell_dev
     sj_free(ctx, Y);
 }
 
+/* ALGO=1 (templates/lib/twell_pairs.lua) leaves ALGO=0's parameters at their canonical values. */
+#define PAIRS "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,"
+
 static void test_gate_and_ffn_gpu(void **state)
 {
     sj_context *ctx;
@@ -693,6 +719,12 @@ static void test_gate_and_ffn_gpu(void **state)
         if (cases[i].sparsity <= 0.9) assert_true(overflow > 0); /* the overflow path is exercised */
         double *ref = ffn_reference(&d, dense);
         ffn_and_check(ctx, &d, &H, ref, cases[i].out, NULL);
+        /* the pairs kernel: small unit tiles with few slots (case 0: many passes per tile), large
+         * ones; each twice, so the second launch runs on the counters the first one reset */
+        for (int rep = 0; rep < 2; rep++) {
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=8,UT=256,SLOTS=16,STAGES=2");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=16,UT=512,SLOTS=16,STAGES=5");
+        }
         if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds, both pipes */
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0,PERSIST=0");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=0,PERSIST=0");
@@ -760,6 +792,7 @@ static void test_ffn_overflow_gpu(void **state)
     SJ_ASSERT_OK(sj_twell_upload(ctx, &th, &dev));
     double *ref = ffn_reference(&d, H);
     ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, NULL);
+    ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, PAIRS "WARPS=8,UT=256,SLOTS=16,STAGES=3");
     free(ref);
     sj_twell_host_free(&th);
     SJ_ASSERT_OK(sj_twell_device_free(ctx, &dev));

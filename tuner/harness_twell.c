@@ -258,9 +258,7 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
 static sj_status ffn_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    int m = (int)h->problem.m, d = (int)h->problem.n, f = (int)h->problem.d_ff;
-    void *args[] = { &s->X, &s->H.entries, &s->H.counts, &s->H.spill, &s->WuT, &s->Wd, &s->Y, &m, &d, &f };
-    return rt_launch(h->ctx, k, args, stream);
+    return rt_twell_ffn_launch(h->ctx, k, &h->problem, s->X, &s->H, s->WuT, s->Wd, s->Y, stream);
 }
 
 /* Host fp64 over the non-zeros of H: independent of every GPU code path. */

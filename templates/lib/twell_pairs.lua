@@ -1,0 +1,352 @@
+-- lib/twell_pairs.lua: ALGO=1 of templates/twell_ffn.lua, the FFN as a sampled product and a
+-- sparse product over large (token x unit) tiles, on CUDA cores:
+--   phase A (SDDMM): for every non-zero h[t, j], p[t, j] = h[t, j] * (X[t, :] . WuT[j, :]);
+--   phase B (SpMM):  Y[t, :] = sum_j p[t, j] * Wd[j, :].
+-- Why: the token-block kernel (ALGO=0) reads the weight rows of the union of a block's active
+-- units once per block of 8-16 tokens, which at 99% iid sparsity is ~14 GB of rows per call. Here
+-- a CTA stages a d_model slice of UT unit rows in shared memory once for NTH tokens (phase A) and
+-- a 64-column slice of Wd rows once for NTH tokens (phase B), so the weights are read
+-- M / NTH times in all and every FMA is one of a real (token, unit) pair.
+--
+-- One kernel, one CTA per work item, items handed out by a ticket counter in the order: every
+-- phase-A item (token tile tt, unit tile ut), then every phase-B item (token tile tt, 64-column
+-- block cb). A phase-B item waits until the NUT phase-A items of its token tile are done; all of
+-- them hold tickets issued earlier, to CTAs already running that wait on nothing, so the wait
+-- always ends. The last CTA to finish puts the counters back to zero for the next launch.
+--
+-- Workspace (the op's `work` argument, runtime/op_twell.c sizes it with the same formula):
+--   u32 [0] ticket, [1] finished CTAs, [2 .. 2 + NTT) phase-A items done per token tile, then,
+--   from u32 PL_OFF, the pair list: row t (F entries of capacity) holds t's pairs as
+--   (unit << 16) | p bits, in TwELL tile order (ascending tiles, a tile's entries in their
+--   order), so the pairs of any tile-aligned unit range are contiguous. p is rounded to the
+--   input dtype, as ALGO=0 rounds P before its down product.
+-- Overflow: a tile whose count exceeds C is read from the spill (its non-zeros in column order);
+-- it yields exactly `count` pairs (zeros pad, should the spill hold fewer), so list offsets,
+-- computed from the counts alone, stay consistent.
+local emit = require "lib.emit"
+local tw = require "lib.twell_common"
+
+local P = {}
+
+P.KC = 16            -- d_model elements per phase-A chunk (two 16-byte pieces per row)
+P.UB = 512           -- units per phase-B stage (a multiple of T)
+P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
+
+-- u32 offset of the pair list in the workspace, and the workspace's size in bytes (M x F pairs).
+function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
+function P.workspace_bytes(M, F) return 4 * (P.list_offset(M) + M * F) end
+
+function P.geometry(problem, cfg)
+  local g = {}
+  g.D, g.F, g.T = problem.N, problem.DFF, problem.T
+  g.NTH = cfg.WARPS * 32
+  g.UTT = cfg.UT // problem.T
+  g.n_tiles = tw.cdiv(g.F, g.T)
+  g.NUT = tw.cdiv(g.n_tiles, g.UTT)
+  g.NCB = tw.cdiv(g.D, P.NCOL)
+  g.NTT = tw.cdiv(problem.M, g.NTH)
+  g.NKC = tw.cdiv(g.D, P.KC)
+  g.NUB = tw.cdiv(g.F, P.UB)
+  g.A_LIST = cfg.SLOTS * g.NTH * 4                       -- unit offsets (u16) and h bits (u16)
+  g.A_STAGE = (2 * cfg.UT + 2 * g.NTH) * 16              -- WuT pieces 0 and 1, then X pieces
+  g.A_SMEM = g.A_LIST + cfg.STAGES * g.A_STAGE
+  g.B_STAGE = P.UB * P.NCOL * 2
+  g.B_SMEM = 2 * g.B_STAGE + g.NTH * 8                   -- + cursor and length per token
+  g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
+  g.items = g.NTT * (g.NUT + g.NCB)
+  g.PL_OFF = P.list_offset(problem.M)
+  return g
+end
+
+function P.valid(problem, cfg)
+  if cfg.PIPE ~= 0 or cfg.PERSIST ~= 0 or cfg.NT ~= 1 or cfg.ROUND ~= 1024 or cfg.UCAP ~= 128 then
+    return false, "ALGO=1 takes PIPE=0, PERSIST=0, NT=1, ROUND=1024, UCAP=128 (they belong to ALGO=0)"
+  end
+  if not tw.member({ 256, 512, 1024, 2048 }, cfg.UT) then return false, "UT must be 256, 512, 1024 or 2048" end
+  if not tw.member({ 16, 32 }, cfg.SLOTS) then return false, "SLOTS must be 16 or 32" end
+  if cfg.WARPS == 16 and cfg.SLOTS > 16 then
+    return false, "WARPS=16 leaves 128 registers a thread: SLOTS=32 would spill"
+  end
+  if cfg.UT % problem.T ~= 0 then
+    return false, string.format("UT=%d must be a multiple of the TwELL tile T=%d", cfg.UT, problem.T)
+  end
+  if P.UB % problem.T ~= 0 then
+    return false, string.format("ALGO=1 needs the TwELL tile T=%d to divide %d", problem.T, P.UB)
+  end
+  if problem.DFF > 65536 then return false, "ALGO=1 needs d_ff <= 65536 (16-bit units in the pair list)" end
+  local g = P.geometry(problem, cfg)
+  if g.smem > tw.smem_limit(problem) then
+    return false, string.format("shared memory %d bytes exceeds the target's %d", g.smem, tw.smem_limit(problem))
+  end
+  return true
+end
+
+-- The kernel text; env holds the geometry, the config, T / C and the dtype names.
+function P.render(env) return emit.render(here(), [[
+#define NTH ${NTH}
+#define TT ${T}
+#define CAP ${CAP}
+#define UT ${UT}
+#define UTT ${UTT}
+#define SLOTS ${SLOTS}
+#define STAGES ${STAGES}
+#define NUT ${NUT}
+#define NCB ${NCB}
+#define NTT ${NTT}
+#define NKC ${NKC}
+#define NUB ${NUB}
+#define UB ${UB}
+#define ITEMS ${items}
+#define PL_OFF ${PL_OFF}
+#define A_STAGE ${A_STAGE}
+#define B_STAGE ${B_STAGE}
+typedef ${ctype} T;
+typedef ${otype} OutT;
+
+__device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
+  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+
+/* acc += x[0..15] . (16 values of w0, w1) */
+__device__ __forceinline__ float sj_dot16(float acc, const float* x, uint4 w0, uint4 w1) {
+  const sj_u32 w[8] = { w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w };
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    acc = fmaf(x[2 * i], ${to_f32}((T)(w[i] & 0xffffu)), acc);
+    acc = fmaf(x[2 * i + 1], ${to_f32}((T)(w[i] >> 16)), acc);
+  }
+  return acc;
+}
+
+/* Phase A, item (tt, ut): thread tid owns token t; its pairs in the unit tile go to slots. */
+__device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const T* __restrict__ X,
+    const unsigned* __restrict__ entries, const int* __restrict__ counts, const T* __restrict__ spill,
+    const T* __restrict__ WuT, unsigned* plist, int M, int D, int F)
+{
+  unsigned short* jl = (unsigned short*)smem;                      /* [SLOTS][NTH] unit - u0 */
+  unsigned short* hl = jl + SLOTS * NTH;                           /* [SLOTS][NTH] h bits */
+  unsigned char* ring = smem + SLOTS * NTH * 4;
+  const int tid = threadIdx.x, t = tt * NTH + tid;
+  const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
+  const int tile1 = min(n_tiles, tile0 + UTT);
+  /* where this unit tile's pairs start in t's list: the counts of the tiles before it */
+  int off = 0, total = 0;
+  if (t < M) {
+#pragma unroll 8
+    for (int tile = 0; tile < tile0; tile++) off += counts[(size_t)t * n_tiles + tile];
+    for (int tile = tile0; tile < tile1; tile++) total += counts[(size_t)t * n_tiles + tile];
+  }
+  /* the copies of a chunk: thread i takes piece (i & 1) of unit / token (i >> 1) */
+  auto load_chunk = [&](int kc, int stage) {
+    unsigned char* st = ring + stage * A_STAGE;
+    const int k = kc * 16;
+    for (int i = tid; i < 2 * UT; i += NTH) {
+      const int u = i >> 1, q = i & 1, row = u0 + u, kk = k + 8 * q;
+      const bool ok = row < F && kk < D;
+      sj_cp_async16(sj_smem_addr(st + (q * UT + u) * 16), ok ? WuT + (size_t)row * D + kk : WuT, ok ? 16 : 0);
+    }
+    for (int i = tid; i < 2 * NTH; i += NTH) {
+      const int r = i >> 1, q = i & 1, row = tt * NTH + r, kk = k + 8 * q;
+      const bool ok = row < M && kk < D;
+      sj_cp_async16(sj_smem_addr(st + 2 * UT * 16 + (q * NTH + r) * 16), ok ? X + (size_t)row * D + kk : X, ok ? 16 : 0);
+    }
+  };
+  for (int pass = 0;; pass++) {
+    const int lo = pass * SLOTS;
+    const int n = max(0, min(SLOTS, total - lo));
+    /* this pass's pairs -> slots (tiles in order, a tile's pairs in entry / column order) */
+    if (n > 0) {
+      int idx = 0;
+      for (int tile = tile0; tile < tile1 && idx < lo + SLOTS; tile++) {
+        const int cnt = counts[(size_t)t * n_tiles + tile];
+        if (idx + cnt <= lo) { idx += cnt; continue; }
+        if (cnt <= CAP) {
+          const unsigned* e = entries + ((size_t)t * n_tiles + tile) * CAP;
+          for (int c = 0; c < cnt; c++, idx++)
+            if (idx >= lo && idx < lo + SLOTS) {
+              const unsigned v = e[c];
+              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT + (v >> 16));
+              hl[(idx - lo) * NTH + tid] = (unsigned short)(v & 0xffffu);
+            }
+        } else {
+          const T* s = spill + (size_t)t * F + (size_t)tile * TT;
+          const int width = min(TT, F - tile * TT);
+          int found = 0;
+          for (int c = 0; c < width && found < cnt; c++) {
+            const unsigned short bits = s[c];
+            if (!sj_twell_nz(bits)) continue;
+            if (idx >= lo && idx < lo + SLOTS) {
+              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT + c);
+              hl[(idx - lo) * NTH + tid] = bits;
+            }
+            idx++; found++;
+          }
+          for (; found < cnt; found++, idx++)       /* a spill with fewer non-zeros than count: zero pairs */
+            if (idx >= lo && idx < lo + SLOTS) {
+              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT);
+              hl[(idx - lo) * NTH + tid] = 0;
+            }
+        }
+      }
+    }
+    if (!__syncthreads_or(n > 0)) break;              /* every thread's pairs are written */
+    int jo[SLOTS];
+    float acc[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; s++) { jo[s] = s < n ? jl[s * NTH + tid] * 16 : 0; acc[s] = 0.f; }
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) { if (s < NKC) load_chunk(s, s); sj_cp_async_commit(); }
+    for (int kc = 0; kc < NKC; kc++) {
+      sj_cp_async_wait<STAGES - 2>();
+      __syncthreads();                                /* chunk kc landed; chunk kc - 1 is read by all */
+      if (kc + STAGES - 1 < NKC) load_chunk(kc + STAGES - 1, (kc + STAGES - 1) % STAGES);
+      sj_cp_async_commit();
+      const unsigned char* st = ring + (kc % STAGES) * A_STAGE;
+      const uint4 xa = *(const uint4*)(st + 2 * UT * 16 + tid * 16);
+      const uint4 xb = *(const uint4*)(st + 2 * UT * 16 + (NTH + tid) * 16);
+      const sj_u32 xw[8] = { xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w };
+      float x[16];
+#pragma unroll
+      for (int i = 0; i < 8; i++) { x[2 * i] = ${to_f32}((T)(xw[i] & 0xffffu)); x[2 * i + 1] = ${to_f32}((T)(xw[i] >> 16)); }
+#pragma unroll
+      for (int s = 0; s < SLOTS; s++)
+        if (s < n) {
+          const uint4 w0 = *(const uint4*)(st + jo[s]);
+          const uint4 w1 = *(const uint4*)(st + UT * 16 + jo[s]);
+          acc[s] = sj_dot16(acc[s], x, w0, w1);
+        }
+    }
+    sj_cp_async_wait<0>();
+    /* p = h * u, rounded to the input dtype, -> t's list */
+#pragma unroll
+    for (int s = 0; s < SLOTS; s++)
+      if (s < n) {
+        const float p = acc[s] * ${to_f32}((T)hl[s * NTH + tid]);
+        plist[(size_t)t * F + off + lo + s] = ((unsigned)(u0 + (jo[s] >> 4)) << 16) | (unsigned)${from_f32}(p);
+      }
+    __syncthreads();                                  /* the slots and the ring are free again */
+  }
+}
+
+/* Phase B, item (tt, cb): warp w owns tokens 32w .. 32w + 31 of the tile, two at a time (one per
+ * half warp), each lane 4 output columns of the 64 at c0. */
+__device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const int* __restrict__ counts,
+    const T* __restrict__ Wd, const unsigned* plist, OutT* __restrict__ Y, int M, int D, int F)
+{
+  int* cur_s = (int*)(smem + 2 * B_STAGE);
+  int* len_s = cur_s + NTH;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, h = lane >> 4, l16 = lane & 15;
+  const int c0 = cb * 64, n_tiles = (F + TT - 1) / TT;
+  {
+    const int t = tt * NTH + tid;
+    int len = 0;
+    if (t < M) {
+#pragma unroll 8
+      for (int tile = 0; tile < n_tiles; tile++) len += counts[(size_t)t * n_tiles + tile];
+    }
+    cur_s[tid] = 0; len_s[tid] = len;
+  }
+  auto load_stage = [&](int ub, int stage) {
+    unsigned char* st = smem + stage * B_STAGE;
+    for (int i = tid; i < UB * 8; i += NTH) {
+      const int r = i >> 3, q = i & 7, row = ub * UB + r, col = c0 + 8 * q;
+      const bool ok = row < F && col < D;
+      sj_cp_async16(sj_smem_addr(st + i * 16), ok ? Wd + (size_t)row * D + col : Wd, ok ? 16 : 0);
+    }
+  };
+  float acc[16][4];
+#pragma unroll
+  for (int q = 0; q < 16; q++) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.f;
+  load_stage(0, 0);
+  sj_cp_async_commit();
+  for (int ub = 0; ub < NUB; ub++) {
+    sj_cp_async_wait<0>();
+    __syncthreads();                                  /* stage ub landed; stage ub - 1 is read by all */
+    if (ub + 1 < NUB) load_stage(ub + 1, (ub + 1) & 1);
+    sj_cp_async_commit();
+    const unsigned char* st = smem + (ub & 1) * B_STAGE + l16 * 8;
+    const unsigned uend = (unsigned)(ub + 1) * UB;
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+      const int lt = warp * 32 + 2 * q + h;
+      const size_t row = (size_t)(tt * NTH + lt) * F;
+      int cur = cur_s[lt];
+      const int len = len_s[lt];
+      for (;;) {
+        /* the next 16 pairs of the token; those below uend are a prefix (tile order) */
+        const int idx = cur + l16;
+        const unsigned v = idx < len ? __ldcg(plist + row + idx) : 0xffffffffu;
+        const bool in = idx < len && (v >> 16) < uend;
+        const unsigned ball = __ballot_sync(0xffffffffu, in);
+        const int n = __popc((ball >> (16 * h)) & 0xffffu);
+        const int nmax = max(__popc(ball & 0xffffu), __popc(ball >> 16));
+        for (int e = 0; e < nmax; e++) {
+          const unsigned pv = __shfl_sync(0xffffffffu, v, 16 * h + e);
+          if (e < n) {
+            const float p = ${to_f32}((T)(pv & 0xffffu));
+            const uint2 w = *(const uint2*)(st + ((pv >> 16) - uend + UB) * 128);
+            acc[q][0] = fmaf(p, ${to_f32}((T)(w.x & 0xffffu)), acc[q][0]);
+            acc[q][1] = fmaf(p, ${to_f32}((T)(w.x >> 16)), acc[q][1]);
+            acc[q][2] = fmaf(p, ${to_f32}((T)(w.y & 0xffffu)), acc[q][2]);
+            acc[q][3] = fmaf(p, ${to_f32}((T)(w.y >> 16)), acc[q][3]);
+          }
+        }
+        cur += n;
+        if (!__any_sync(0xffffffffu, n == 16)) break;
+      }
+      if (l16 == 0) cur_s[lt] = cur;
+    }
+  }
+  /* Y, 4 columns per lane (D % 8 == 0, so a lane's 4 are all in or all out) */
+#pragma unroll
+  for (int q = 0; q < 16; q++) {
+    const int t = tt * NTH + warp * 32 + 2 * q + h, col = c0 + 4 * l16;
+    if (t >= M || col >= D) continue;
+    OutT* y = Y + (size_t)t * D + col;
+$ if out_f16 then
+    *(uint2*)y = make_uint2(${opack2}(acc[q][0], acc[q][1]), ${opack2}(acc[q][2], acc[q][3]));
+$ else
+    *(float4*)y = make_float4(acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
+$ end
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
+    const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
+    OutT* __restrict__ Y, int M, int D, int F, unsigned* work)
+{
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int item_s;
+  unsigned* done = work + 2;
+  unsigned* plist = work + PL_OFF;
+  if (threadIdx.x == 0) item_s = (int)atomicAdd(work, 1u);
+  __syncthreads();
+  const int item = item_s;
+  if (item < NTT * NUT) {
+    const int tt = item / NUT, ut = item % NUT;
+    sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, plist, M, D, F);
+    __threadfence();                                  /* this thread's pairs, before the count below */
+    __syncthreads();
+    if (threadIdx.x == 0) { __threadfence(); atomicAdd(done + tt, 1u); }
+  } else {
+    const int b = item - NTT * NUT, tt = b / NCB, cb = b % NCB;
+    if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
+    __syncthreads();
+    sj_pairs_down(smem, tt, cb, counts, Wd, plist, Y, M, D, F);
+  }
+  /* the last CTA out resets the counters for the next launch */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(work + 1, 1u) == (unsigned)(ITEMS - 1)) {
+      for (int i = 0; i < NTT; i++) done[i] = 0u;
+      work[1] = 0u;
+      __threadfence();
+      work[0] = 0u;
+    }
+  }
+}
+]], env) end
+
+return P
