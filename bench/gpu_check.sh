@@ -100,6 +100,11 @@ done; done; done
 for sp in 0.95 0.99; do
   bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --skew 1
 done
+# The pairs kernel (ALGO=1, templates/lib/twell_pairs.lua), in the tuning space but not the
+# default: its best measured configs at 95% and 99%.
+pairs="ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0"
+bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
+bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
 # The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.
 for dt in $dtypes; do for shape in 2048x5632x2048 8192x11008x4096; do
   bench --op twell-gate --shape "$shape" --dtype $dt --sparsity 0.99

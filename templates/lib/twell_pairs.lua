@@ -64,9 +64,6 @@ function P.valid(problem, cfg)
   end
   if not tw.member({ 256, 512, 1024, 2048 }, cfg.UT) then return false, "UT must be 256, 512, 1024 or 2048" end
   if not tw.member({ 16, 32 }, cfg.SLOTS) then return false, "SLOTS must be 16 or 32" end
-  if cfg.WARPS == 16 and cfg.SLOTS > 16 then
-    return false, "WARPS=16 leaves 128 registers a thread: SLOTS=32 would spill"
-  end
   if cfg.UT % problem.T ~= 0 then
     return false, string.format("UT=%d must be a multiple of the TwELL tile T=%d", cfg.UT, problem.T)
   end
