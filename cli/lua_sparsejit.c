@@ -408,6 +408,7 @@ static int l_bench(lua_State *L)
     set_number(L, "p80_us", r.p80_us);
     set_number(L, "tflops", r.tflops);
     set_integer(L, "reps", r.reps);
+    set_number(L, "rel_error", r.rel_error);
     set_string(L, "config", r.config);
     set_string(L, "origin", r.origin == SJ_CONFIG_TUNED ? "tuned" : r.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default");
     set_string(L, "source", r.source == SJ_FROM_COMPILE ? "compiled" : r.source == SJ_FROM_CACHE ? "cache" : "table");

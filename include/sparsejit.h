@@ -500,6 +500,7 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *problem, const sj_tune_opti
 typedef struct sj_bench_result {
     double median_us, p20_us, p80_us;
     double tflops;
+    double rel_error;        /* ||out - reference|| / ||reference|| of the checked launch */
     int reps;
     char config[256];        /* the kernel that was timed */
     sj_config_origin origin;
@@ -508,7 +509,9 @@ typedef struct sj_bench_result {
 
 /* Times the kernel the op would use now for problem (forced, tuned or default config) with the
  * tuner's method: device events, L2 flushed between runs, warm-up and repetition budgets from
- * opts (NULL: defaults), median and 20/80% quantiles. Inputs are random. */
+ * opts (NULL: defaults), median and 20/80% quantiles. Inputs are random. Before it times, it
+ * checks the kernel's output against the tuner's reference (result->rel_error) and returns
+ * SJ_ERR_VERIFY, timing nothing, when the error exceeds the tuner's tolerance. */
 sj_status sj_bench(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
                    sj_bench_result *result);
 

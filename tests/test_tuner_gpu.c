@@ -331,7 +331,9 @@ static void tune_then_second_process(const sj_problem *p, int budget, int check_
     SJ_ASSERT_OK(sj_bench(ctx, p, &o, &b));
     assert_string_equal(b.config, r.config);
     assert_int_equal(b.origin, SJ_CONFIG_TUNED);
-    fprintf(stderr, "# sj_bench of the winner: %.2f us (tuned %.2f us)\n", b.median_us, r.median_us);
+    fprintf(stderr, "# sj_bench of the winner: %.2f us (tuned %.2f us), rel error %.2e\n", b.median_us, r.median_us,
+            b.rel_error);
+    assert_true(b.rel_error >= 0 && b.rel_error <= harness_tolerance(p)); /* checked before it was timed */
     assert_true(b.median_us > 0.5 * r.median_us && b.median_us < 2.0 * r.median_us);
     sj_context_destroy(ctx);
 

@@ -663,7 +663,7 @@ sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *
     if (st != SJ_OK) return st;
     if ((st = rt_require_gpu(ctx, "benchmarking")) != SJ_OK) return st;
     harness h;
-    if ((st = harness_open(ctx, p, opts ? opts->seed ^ 0xbe7cull : 0xbe7cull, 0, &h)) != SJ_OK) return st;
+    if ((st = harness_open(ctx, p, opts ? opts->seed ^ 0xbe7cull : 0xbe7cull, 1, &h)) != SJ_OK) return st;
     const loaded_kernel *k;
     measure_session ms;
     int session = 0;
@@ -671,6 +671,14 @@ sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *
     snprintf(res->config, sizeof res->config, "%s", k->config);
     res->origin = ctx->last.origin;
     res->source = ctx->last.source;
+    /* the tuner's gate first: a kernel that computes the wrong result is not timed */
+    int sticky = 0;
+    if ((st = harness_check(&h, k, &res->rel_error, &sticky)) != SJ_OK) goto done;
+    if (!(res->rel_error <= harness_tolerance(p))) {
+        st = sj_fail(SJ_ERR_VERIFY, "sj_bench: config %s computes the wrong result: relative error %.3g against the "
+                     "reference (tolerance %.3g); not timed", k->config, res->rel_error, harness_tolerance(p));
+        goto done;
+    }
     if ((st = measure_begin(ctx, &ms)) != SJ_OK) goto done;
     session = 1;
     measure_options mo;
