@@ -86,7 +86,7 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream)
 {
     sj_devptr work = 0;
-    if (strstr(k->config, "ALGO=1")) {
+    if (!strncmp(k->config, "ALGO=1,", 7)) { /* canonical configs sort their names: ALGO leads */
         sj_status st = rt_scratch(ctx, ffn_pairs_workspace(p), &work);
         if (st != SJ_OK) return st;
     }
