@@ -19,8 +19,10 @@ typedef struct bench_op {
     /* The dense cuBLAS work the op replaces, as a list of GEMM shapes (m, n, k) run back to back
      * with the same dtype: one for gemm/vnm, three for the FFN. Returns the count (<= 4). */
     int (*baseline)(const sj_problem *p, int64_t shapes[4][3]);
-    /* Optional: after one launch, the relative error of (a sample of) the output against an
-     * fp64 host reference, so no time is reported for a kernel that computes the wrong thing. */
+    /* Optional: after one launch, the relative error of (a sample of) the output against a
+     * reference that shares no code with the kernel (fp64 on the host for TwELL, the fp32
+     * reference kernel for gemm), so no time is reported for a kernel that computes the wrong
+     * thing. */
     sj_status (*check)(sj_context *ctx, bench_case *c, double *rel_error);
     void (*teardown)(sj_context *ctx, bench_case *c);
 } bench_op;

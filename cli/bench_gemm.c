@@ -1,6 +1,7 @@
 /* bench_gemm.c: bench_op_gemm, what `sparsejit bench --op gemm` times: C = A.B through sj_gemm on
  * random A and B (uniform [-1, 1), never zeros, which would run faster than real data), against
- * the same GEMM through cuBLAS. */
+ * the same GEMM through cuBLAS; the first launch's C is checked element by element against the
+ * tuner's reference kernel (templates/gemm_reference.lua, fp32) before anything is timed. */
 #include "bench.h"
 #include "runtime/error.h"
 #include "tuner/harness.h"
@@ -37,7 +38,8 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     size_t out_bytes = (size_t)(p->m * p->n) * sj_dtype_size(p->out_dtype);
     if ((st = harness_random_device16(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &c->A)) != SJ_OK ||
         (st = harness_random_device16(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
-        (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK) {
+        (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK ||
+        (st = sj_memset_u8(ctx, c->C, 0xFF, out_bytes)) != SJ_OK) { /* NaN: an unwritten element fails the check */
         teardown(ctx, c);
         return st;
     }
@@ -48,6 +50,22 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
 static sj_status launch(sj_context *ctx, bench_case *c)
 {
     return sj_gemm(ctx, &c->p, c->A, c->B, c->C, NULL);
+}
+
+/* Every element of C against the reference kernel's fp32 C for the same A and B. */
+static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
+{
+    const sj_problem *p = &c->p;
+    size_t n = (size_t)(p->m * p->n), out_bytes = n * sj_dtype_size(p->out_dtype);
+    float *ref = malloc(n * sizeof *ref);
+    void *got = malloc(out_bytes);
+    sj_status st = ref && got ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory for the check");
+    if (st == SJ_OK) st = harness_reference_gemm(ctx, p->dtype, c->A, c->B, p->m, p->n, p->k, ref);
+    if (st == SJ_OK) st = sj_memcpy_dtoh(ctx, got, c->C, out_bytes);
+    if (st == SJ_OK) *rel_error = harness_rel_error(p->out_dtype, got, ref, n);
+    free(ref);
+    free(got);
+    return st;
 }
 
 static double flops(const sj_problem *p) { return 2.0 * (double)p->m * (double)p->n * (double)p->k; }
@@ -66,5 +84,6 @@ const bench_op bench_op_gemm = {
     .launch = launch,
     .flops = flops,
     .baseline = baseline,
+    .check = check,
     .teardown = teardown,
 };

@@ -117,7 +117,7 @@ int cmd_bench(int argc, char **argv)
     if (op->check) {
         if (op->check(ctx, c, &check_err) != SJ_OK) goto fail;
         if (!(check_err <= harness_tolerance(&p))) {
-            sj_fail(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the fp64 reference "
+            sj_fail(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the reference "
                     "(tolerance %.3g); not timed", ki.config, check_err, harness_tolerance(&p));
             goto fail;
         }
@@ -182,7 +182,7 @@ int cmd_bench(int argc, char **argv)
         printf("%s on %s\n", desc, d.name);
         printf("  kernel   %s %s config %s\n", ki.template_name, origin, ki.config);
         printf("  first    %.2f ms (%s, incl. one launch)\n", first_ms, source);
-        if (!isnan(check_err)) printf("  checked  sampled rows against fp64: relative error %.2e\n", check_err);
+        if (!isnan(check_err)) printf("  checked  against the reference: relative error %.2e\n", check_err);
         printf("  time     %.2f us median (p20 %.2f, p80 %.2f) over %d rounds, %.1f TFLOP/s useful\n", t_op, p20, p80,
                rounds, tf);
         if (cublas)
