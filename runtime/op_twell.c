@@ -75,7 +75,7 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
 }
 
 /* Bytes of workspace an ALGO=1 (pairs) FFN kernel needs: the counters, then a pair list of d_ff
- * entries per token (templates/lib/twell_pairs.lua, list_offset / workspace_bytes). */
+ * entries per token (templates/lib/twell_pairs.lua, list_offset). */
 static size_t ffn_pairs_workspace(const sj_problem *p)
 {
     size_t list_offset = (size_t)((2 + (p->m + 255) / 256 + 63) / 64 * 64);

@@ -32,9 +32,9 @@ P.KC = 16            -- d_model elements per phase-A chunk (two 16-byte pieces p
 P.UB = 512           -- units per phase-B stage (a multiple of T)
 P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
 
--- u32 offset of the pair list in the workspace, and the workspace's size in bytes (M x F pairs).
+-- u32 offset of the pair list in the workspace (room for the counters of 256-token tiles); the
+-- workspace is 4 * (list_offset(M) + M * F) bytes, which runtime/op_twell.c allocates.
 function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
-function P.workspace_bytes(M, F) return 4 * (P.list_offset(M) + M * F) end
 
 function P.geometry(problem, cfg)
   local g = {}
