@@ -74,7 +74,7 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
     return rt_twell_ffn_launch(ctx, k, p, X, H, WuT, Wd, Y, stream);
 }
 
-/* Bytes of workspace an ALGO=1 (pairs) FFN kernel needs: the counters, then a pair list of d_ff
+/* Bytes of workspace an ALGO=1 or 2 (pairs) FFN kernel needs: the counters, then a pair list of d_ff
  * entries per token (templates/lib/twell_pairs.lua, list_offset). */
 static size_t ffn_pairs_workspace(const sj_problem *p)
 {
@@ -86,7 +86,8 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream)
 {
     sj_devptr work = 0;
-    if (!strncmp(k->config, "ALGO=1,", 7)) { /* canonical configs sort their names: ALGO leads */
+    /* canonical configs sort their names, so ALGO leads; 1 and 2 are the pairs kernels */
+    if (!strncmp(k->config, "ALGO=1,", 7) || !strncmp(k->config, "ALGO=2,", 7)) {
         sj_status st = rt_scratch(ctx, ffn_pairs_workspace(p), &work);
         if (st != SJ_OK) return st;
     }

@@ -7,9 +7,10 @@
 --              const T* WuT, const T* Wd, OutT* Y, int M, int D, int F, unsigned* work); X is
 -- M x D, WuT and Wd are F x D (row j = Wu[:, j] and Wd[j, :]), Y is M x D, all row-major.
 --
--- Two algorithms (ALGO): 0, below, streams weight rows per block of tokens; 1, in
--- lib/twell_pairs.lua, computes only the (token, unit) pairs over large tiles on CUDA cores and
--- is the one that uses `work`. Each leaves the other's parameters at fixed values.
+-- Three algorithms (ALGO): 0, below, streams weight rows per block of tokens; 1 and 2, in
+-- lib/twell_pairs.lua, compute only the (token, unit) pairs over large tiles, on CUDA cores (1)
+-- or tensor cores (2, lib/twell_pairs_mma.lua), and are the ones that use `work`. Each leaves
+-- the others' parameters at fixed values.
 --
 -- ALGO=0: one CTA owns a block of BT = 8*NT tokens for the whole d_ff sweep, so its output block Y_b
 -- (BT x D, fp32) lives in registers: warp w holds output columns [16*MT*w, 16*MT*(w+1)).
@@ -111,8 +112,8 @@ local function valid(problem, cfg)
   if problem.DFF < 1 then return false, "DFF must be > 0" end
   if cfg.WARPS ~= 8 and cfg.WARPS ~= 16 then return false, "WARPS must be 8 or 16" end
   if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
-  if cfg.ALGO == 1 then return pairs_algo.valid(problem, cfg) end
-  if cfg.ALGO ~= 0 then return false, "ALGO must be 0 (token blocks) or 1 (pairs)" end
+  if cfg.ALGO == 1 or cfg.ALGO == 2 then return pairs_algo.valid(problem, cfg) end
+  if cfg.ALGO ~= 0 then return false, "ALGO must be 0 (token blocks), 1 (pairs, CUDA cores) or 2 (pairs, tensor cores)" end
   if cfg.UT ~= 1024 or cfg.SLOTS ~= 16 then return false, "ALGO=0 takes UT=1024, SLOTS=16 (they belong to ALGO=1)" end
   if cfg.NT ~= 1 and cfg.NT ~= 2 then return false, "NT must be 1 or 2" end
   if not tw.member({ 1024, 4096, 16384 }, cfg.ROUND) then return false, "ROUND must be 1024, 4096 or 16384" end
@@ -142,7 +143,7 @@ end
 
 local function space(problem)
   return { WARPS = { 8, 16 }, NT = { 1, 2 }, ROUND = { 1024, 4096, 16384 }, UCAP = { 128, 256, 512, 1024 },
-           STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 }, PERSIST = { 0, 1 }, ALGO = { 0, 1 },
+           STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 }, PERSIST = { 0, 1 }, ALGO = { 0, 1, 2 },
            UT = { 256, 512, 1024, 2048 }, SLOTS = { 16, 32 } }
 end
 
@@ -176,14 +177,14 @@ local function bytes(problem)
   return problem.M * problem.N * (2 + osz)
 end
 
--- ALGO=1: lib/twell_pairs.lua.
+-- ALGO=1 and 2: lib/twell_pairs.lua.
 local function generate_pairs(problem, cfg, dt, ot)
   local g = pairs_algo.geometry(problem, cfg)
-  local env = { UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES, CAP = problem.C, UB = pairs_algo.UB,
-                ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32,
-                out_f16 = ot.size == 2, opack2 = ot.pack2 }
+  local env = { ALGO = cfg.ALGO, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES, CAP = problem.C,
+                UB = pairs_algo.UB, ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32,
+                out_f16 = ot.size == 2, opack2 = ot.pack2, ofrom = ot.from_f32 }
   for k, v in pairs(g) do env[k] = v end
-  env.entry = string.format("sj_twell_ffn_pairs_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", problem.dtype,
+  env.entry = string.format("sj_twell_ffn_pairs%d_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", cfg.ALGO, problem.dtype,
                             problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
                             cfg.SLOTS, cfg.STAGES)
   return {
@@ -195,7 +196,7 @@ end
 local function generate(problem, cfg)
   local dt = cuda.dtype(problem.dtype)
   local ot = cuda.dtype(problem.out_dtype)
-  if cfg.ALGO == 1 then return generate_pairs(problem, cfg, dt, ot) end
+  if cfg.ALGO ~= 0 then return generate_pairs(problem, cfg, dt, ot) end
   local g = geometry(problem, cfg)
   local env = {
     WARPS = cfg.WARPS, NT = cfg.NT, UCAP = cfg.UCAP, STAGES = cfg.STAGES, TT = problem.T, CAP = problem.C,

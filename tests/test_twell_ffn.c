@@ -100,7 +100,8 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
     int PIPE = tu_config_value(g->config, "PIPE");
     assert_string_equal(g->template_name, "twell_ffn");
     assert_true(g->shared_bytes <= (unsigned)gen_arch_max_shared(arch));
-    if (tu_config_value(g->config, "ALGO") == 1) { /* pairs: one CTA per work item, up items then down items */
+    int ALGO = tu_config_value(g->config, "ALGO");
+    if (ALGO == 1 || ALGO == 2) { /* pairs: one CTA per work item, up items then down items */
         int UT = tu_config_value(g->config, "UT");
         int64_t tiles = cdiv(p->d_ff, p->twell_tile), token_tiles = cdiv(p->m, 32 * W);
         int64_t items = token_tiles * (cdiv(tiles, UT / p->twell_tile) + cdiv(p->n, 64));
@@ -114,6 +115,11 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_int_equal(atoll(pl + strlen("#define PL_OFF ")), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
         assert_true(2 + token_tiles <= (2 + cdiv(p->m, 256) + 63) / 64 * 64); /* the counters fit before it */
         assert_non_null(strstr(g->source, "twell_pairs.lua"));
+        if (ALGO == 2) { /* tensor cores, rows gathered by ldmatrix */
+            assert_non_null(strstr(g->source, "twell_pairs_mma.lua"));
+            assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
+            assert_non_null(strstr(g->source, "sj_ldmatrix_x4_trans(af"));
+        }
         return;
     }
     assert_int_equal(g->block[0], (unsigned)(32 * W + (PIPE ? 32 : 0)));   /* PIPE=1: + the producer warp */
@@ -233,6 +239,10 @@ static void test_defaults_compile(void **state)
     compile_ok(ctx90, &ps[2], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=3");
     compile_ok(ctx80, &ps[2], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=2");
     compile_ok(ctx80, &ps[3], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=8,UT=256,SLOTS=32,STAGES=2");
+    compile_ok(ctx90, &ps[2], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=2");
+    compile_ok(ctx80, &ps[2], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
+    compile_ok(ctx80, &ps[3], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
+    compile_ok(ctx90, &ps[4], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=256,STAGES=3");
     /* the mma.sync gate on sm_90a too */
     compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
 }
@@ -324,6 +334,15 @@ static void test_sass(void **state)
     assert_int_equal(count(s, "HMMA"), 0);              /* CUDA cores only */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
+    /* ALGO=2: up 4 groups x 4 m-tiles x 2 k-steps per slice, down 4 m-tiles per k-step, rows gathered by ldmatrix */
+    s = sass_of(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=512,STAGES=2");
+    assert_non_null(s);
+    assert_true(count(s, "HMMA.16816.F32.BF16") >= 32 + 16);
+    assert_true(count(s, "LDSM.16.MT88.4") >= 4);      /* the down product's Wd rows, transposed */
+    assert_true(count(s, "LDSM.16.M88.4") >= 16 + 2);  /* the up product's WuT rows and X fragments */
+    assert_true(count(s, "FFMA") < 64);                /* no CUDA-core product left */
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    free(s);
     s = sass_of(ctx80, &gate, NULL);
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
@@ -366,6 +385,11 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx80, &ffn, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "needs sm_90a");
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=2", "PIPE must be 0 or 1");
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=2", "PERSIST must be 0 or 1");
+    expect_invalid(ctx90, &ffn, "ALGO=3", "ALGO must be 0");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=32,WARPS=16,UT=512,STAGES=2", "SLOTS=16");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=2048,STAGES=2", "UT=256, 512 or 1024");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=1024,STAGES=2", "shared memory");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=2,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=2", "ALGO=2 takes PIPE=0");
     sj_problem ragged = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8);
     expect_invalid(ctx90, &ragged, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "multiple of 64");
     sj_problem nk = ffn;
@@ -688,8 +712,10 @@ static void ffn_and_check(sj_context *ctx, const ffn_data *d, const sj_twell_dev
     sj_free(ctx, Y);
 }
 
-/* ALGO=1 (templates/lib/twell_pairs.lua) leaves ALGO=0's parameters at their canonical values. */
+/* ALGO=1 and 2 (templates/lib/twell_pairs.lua) leave ALGO=0's parameters at their canonical
+ * values, ALGO=2 also ALGO=1's SLOTS. */
 #define PAIRS "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,"
+#define PAIRS_MMA "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,"
 
 static void test_gate_and_ffn_gpu(void **state)
 {
@@ -728,6 +754,8 @@ static void test_gate_and_ffn_gpu(void **state)
         for (int rep = 0; rep < 2; rep++) {
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=8,UT=256,SLOTS=16,STAGES=2");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=16,UT=512,SLOTS=16,STAGES=5");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS_MMA "WARPS=8,UT=256,STAGES=2");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS_MMA "WARPS=16,UT=512,STAGES=2");
         }
         if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds, both pipes */
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0,PERSIST=0");
@@ -797,6 +825,7 @@ static void test_ffn_overflow_gpu(void **state)
     double *ref = ffn_reference(&d, H);
     ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, NULL);
     ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, PAIRS "WARPS=8,UT=256,SLOTS=16,STAGES=3");
+    ffn_and_check(ctx, &d, &dev, ref, SJ_DTYPE_F32, PAIRS_MMA "WARPS=16,UT=256,STAGES=3");
     free(ref);
     sj_twell_host_free(&th);
     SJ_ASSERT_OK(sj_twell_device_free(ctx, &dev));

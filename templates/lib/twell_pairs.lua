@@ -1,5 +1,7 @@
--- lib/twell_pairs.lua: ALGO=1 of templates/twell_ffn.lua, the FFN as a sampled product and a
--- sparse product over large (token x unit) tiles, on CUDA cores:
+-- lib/twell_pairs.lua: ALGO=1 and 2 of templates/twell_ffn.lua, the FFN as a sampled product
+-- and a sparse product over large (token x unit) tiles; ALGO=1's phases, on CUDA cores, are
+-- here, ALGO=2's, on tensor cores, in lib/twell_pairs_mma.lua; both share the items, tickets,
+-- workspace and pair list below:
 --   phase A (SDDMM): for every non-zero h[t, j], p[t, j] = h[t, j] * (X[t, :] . WuT[j, :]);
 --   phase B (SpMM):  Y[t, :] = sum_j p[t, j] * Wd[j, :].
 -- Why: the token-block kernel (ALGO=0) reads the weight rows of the union of a block's active
@@ -25,6 +27,7 @@
 -- computed from the counts alone, stay consistent.
 local emit = require "lib.emit"
 local tw = require "lib.twell_common"
+local mma = require "lib.twell_pairs_mma"
 
 local P = {}
 
@@ -55,22 +58,28 @@ function P.geometry(problem, cfg)
   g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
   g.items = g.NTT * (g.NUT + g.NCB)
   g.PL_OFF = P.list_offset(problem.M)
+  if cfg.ALGO == 2 then mma.geometry(g, problem, cfg) end
   return g
 end
 
 function P.valid(problem, cfg)
   if cfg.PIPE ~= 0 or cfg.PERSIST ~= 0 or cfg.NT ~= 1 or cfg.ROUND ~= 1024 or cfg.UCAP ~= 128 then
-    return false, "ALGO=1 takes PIPE=0, PERSIST=0, NT=1, ROUND=1024, UCAP=128 (they belong to ALGO=0)"
+    return false, string.format("ALGO=%d takes PIPE=0, PERSIST=0, NT=1, ROUND=1024, UCAP=128 (they belong to ALGO=0)", cfg.ALGO)
   end
-  if not tw.member({ 256, 512, 1024, 2048 }, cfg.UT) then return false, "UT must be 256, 512, 1024 or 2048" end
-  if not tw.member({ 16, 32 }, cfg.SLOTS) then return false, "SLOTS must be 16 or 32" end
+  if cfg.ALGO == 2 then
+    local ok, why = mma.valid(problem, cfg)
+    if not ok then return false, why end
+  else
+    if not tw.member({ 256, 512, 1024, 2048 }, cfg.UT) then return false, "UT must be 256, 512, 1024 or 2048" end
+    if not tw.member({ 16, 32 }, cfg.SLOTS) then return false, "SLOTS must be 16 or 32" end
+  end
   if cfg.UT % problem.T ~= 0 then
     return false, string.format("UT=%d must be a multiple of the TwELL tile T=%d", cfg.UT, problem.T)
   end
   if P.UB % problem.T ~= 0 then
-    return false, string.format("ALGO=1 needs the TwELL tile T=%d to divide %d", problem.T, P.UB)
+    return false, string.format("ALGO=%d needs the TwELL tile T=%d to divide %d", cfg.ALGO, problem.T, P.UB)
   end
-  if problem.DFF > 65536 then return false, "ALGO=1 needs d_ff <= 65536 (16-bit units in the pair list)" end
+  if problem.DFF > 65536 then return false, "ALGO=1 and 2 need d_ff <= 65536 (16-bit units in the pair list)" end
   local g = P.geometry(problem, cfg)
   if g.smem > tw.smem_limit(problem) then
     return false, string.format("shared memory %d bytes exceeds the target's %d", g.smem, tw.smem_limit(problem))
@@ -78,14 +87,13 @@ function P.valid(problem, cfg)
   return true
 end
 
--- The kernel text; env holds the geometry, the config, T / C and the dtype names.
-function P.render(env) return emit.render(here(), [[
+-- The definitions both algorithms' phases use.
+local function render_head(env) return emit.render(here(), [[
 #define NTH ${NTH}
 #define TT ${T}
 #define CAP ${CAP}
 #define UT ${UT}
 #define UTT ${UTT}
-#define SLOTS ${SLOTS}
 #define STAGES ${STAGES}
 #define NUT ${NUT}
 #define NCB ${NCB}
@@ -99,9 +107,11 @@ function P.render(env) return emit.render(here(), [[
 #define B_STAGE ${B_STAGE}
 typedef ${ctype} T;
 typedef ${otype} OutT;
+]], env) end
 
-__device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
-  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+-- ALGO=1's phases.
+local function render_cuda_cores(env) return emit.render(here(), [[
+#define SLOTS ${SLOTS}
 
 /* acc += x[0..15] . (16 values of w0, w1) */
 __device__ __forceinline__ float sj_dot16(float acc, const float* x, uint4 w0, uint4 w1) {
@@ -307,6 +317,13 @@ $ else
 $ end
   }
 }
+]], env) end
+
+-- The kernel: a ticket picks the item, an up item counts itself done, a down item waits for its
+-- token tile's up items.
+local function render_entry(env) return emit.render(here(), [[
+__device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
+  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
 
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
@@ -345,5 +362,11 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
   }
 }
 ]], env) end
+
+-- The kernel text; env holds the geometry, the config, T / C and the dtype names.
+function P.render(env)
+  local phases = env.ALGO == 2 and mma.render(env) or render_cuda_cores(env)
+  return render_head(env) .. phases .. render_entry(env)
+end
 
 return P
