@@ -397,9 +397,9 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X,
 /* Y = (H (.) (X . Wu)) . Wd for tokens = problem->m: X tokens x d_model, H TwELL tokens x
  * d_ff (the problem's layout), WuT and Wd d_ff x d_model (problem->dtype), Y tokens x d_model
  * (problem->out_dtype). Only the d_ff units that tokens activate are computed: per block of
- * tokens (config ALGO=0) or per (token, unit) pair over large tiles (ALGO=1, which uses a
- * workspace of 4 * tokens * d_ff bytes and a little more, allocated once per context and kept;
- * two such launches on one context must not run at the same time on different streams).
+ * tokens (config ALGO=0) or per (token, unit) pair over large tiles (ALGO=1 on CUDA cores,
+ * ALGO=2 on tensor cores; both use a workspace of 4 * tokens * d_ff bytes and a little more,
+ * allocated once per context and kept; two such launches on one context must not run at the same time on different streams).
  * stream: a CUstream or NULL. */
 sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                        const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,

@@ -3,7 +3,7 @@
  *   sj_twell_gate: H = relu(X . Wg) written as TwELL by templates/twell_gate.lua, whose epilogue
  *     also writes the overflow path (true counts, dense spill of tiles over C);
  *   sj_twell_ffn: Y = (H (.) (X . Wu)) . Wd by templates/twell_ffn.lua, which reads the spill of
- *     every tile whose count exceeds C, so overflow stays exact; its ALGO=1 kernels take a
+ *     every tile whose count exceeds C, so overflow stays exact; its ALGO=1 and 2 kernels take a
  *     workspace (counters and pair lists) from the context's scratch buffer.
  * Both check every argument against the problem before anything reaches the GPU. */
 #include <string.h>
