@@ -330,6 +330,9 @@ static void push_problem(gen_state *g, lua_State *L, const sj_problem *p)
         lua_pushinteger(L, f[i].v);
         lua_setfield(L, -2, f[i].k);
     }
+    /* the activations' expected sparsity (0: unspecified), which picks the FFN's default algorithm */
+    lua_pushnumber(L, p->twell_sparsity);
+    lua_setfield(L, -2, "SPARSITY");
 }
 
 static void push_config(lua_State *L, const gen_config *c)

@@ -155,11 +155,29 @@ local DEFAULTS = {
   { WARPS = 8, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2 },
 }
 
+-- The pairs kernel on tensor cores where bench/RESULTS.md measured it ahead of the token blocks:
+-- from 95% to 99% sparsity (8192 tokens, 4096 / 11008: 0.27x vs 0.18x at 95%, 0.82x vs 0.57x at
+-- 99%), when its up items fill the GPU (at 2048 tokens, 2048 / 5632, 44 items on 132 SMs, it lost:
+-- 0.45x vs 0.54x). Past 99.5% the token blocks' union of active units is small and they win
+-- (1.84x vs 1.13x at 99.9%). An unspecified sparsity keeps the token blocks.
+local function default_pairs(problem)
+  local s = problem.SPARSITY
+  if not (s >= 0.94 and s < 0.995) then return nil end
+  local cfg = { WARPS = 16, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2, PIPE = 0, PERSIST = 0, ALGO = 2,
+                UT = s >= 0.98 and 512 or 256, SLOTS = 16 }
+  if cfg.UT == 256 then cfg.STAGES = 3 end   -- the smaller unit tile leaves room for a third slice
+  if not valid(problem, cfg) then return nil end
+  local g = pairs_algo.geometry(problem, cfg)
+  if g.NTT * g.NUT < (problem.SMS > 0 and problem.SMS or 132) then return nil end
+  return cfg
+end
+
 -- NT = 2 halves the weight rows read per token when blocks share units, but costs registers:
 -- take it where it fits, else one n-tile of 8 tokens.
 -- (A problem no config supports gets the last candidate, so the generator reports the reason.)
 local function default(problem)
-  local cfg
+  local cfg = default_pairs(problem)
+  if cfg then return cfg end
   for _, d in ipairs(DEFAULTS) do
     cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0,
             ALGO = 0, UT = 1024, SLOTS = 16 }

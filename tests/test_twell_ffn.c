@@ -397,6 +397,28 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &nk, NULL, "must equal K");
 }
 
+/* The FFN's default algorithm follows the declared sparsity: the tensor-core pairs kernel from
+ * 94% to 99.5% when its up items fill the GPU, the token blocks elsewhere and when unspecified. */
+static void test_default_follows_sparsity(void **state)
+{
+    (void)state;
+    const struct { int64_t M, D, F; double sparsity; int algo; } cases[] = {
+        { 8192, 4096, 11008, 0.99, 2 }, { 8192, 4096, 11008, 0.95, 2 }, { 8192, 4096, 11008, 0.999, 0 },
+        { 8192, 4096, 11008, 0.90, 0 }, { 8192, 4096, 11008, 0, 0 }, { 2048, 2048, 5632, 0.99, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, cases[i].M, cases[i].D, cases[i].F, 128, 16);
+        p.twell_sparsity = cases[i].sparsity;
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(sj_generate(ctx90, &p, NULL, &g));
+        if (tu_config_value(g->config, "ALGO") != cases[i].algo)
+            fail_msg("%lld tokens, d_ff %lld, sparsity %g: default %s, expected ALGO=%d", (long long)cases[i].M,
+                     (long long)cases[i].F, cases[i].sparsity, g->config, cases[i].algo);
+        if (cases[i].algo == 2) assert_int_equal(tu_config_value(g->config, "UT"), cases[i].sparsity >= 0.98 ? 512 : 256);
+        sj_generated_free(g);
+    }
+}
+
 /* The cache key carries the sparsity, so a winner tuned at one is never served at another, and
  * an unspecified one keeps the key text that entries tuned before the field existed have. */
 static void test_cache_key_carries_sparsity(void **state)
@@ -841,6 +863,7 @@ int main(void)
         cmocka_unit_test(test_defaults_compile),
         cmocka_unit_test(test_sass),
         cmocka_unit_test(test_invalid_configs),
+        cmocka_unit_test(test_default_follows_sparsity),
         cmocka_unit_test(test_cache_key_carries_sparsity),
         cmocka_unit_test(test_unit_rates),
         cmocka_unit_test(test_api_checks),

@@ -14,7 +14,8 @@
 -- A group's pairs are dealt to slots in rounds of GQ (4 m-tiles of 16); a slot is a 32-bit word
 --   up:   (list position << 16) | (token in group << 12) | unit in the unit tile   (+ h bits)
 --   down: (p bits << 16)        | (token in group << 12) | unit in the Wd stage
--- and padding slots name token 8 (no token), row 0.
+-- and padding slots name token 8 (no token) and rows 0-7 in turn (any row will do: their products
+-- are dropped or zero; these spread over the bank groups, see sj_slots_spread).
 --   up (SDDMM), item (token tile, UT units): the tile's WuT rows and the 512 tokens' X rows are
 --     streamed through shared memory in KC-element slices; A = gathered WuT rows (slots x k),
 --     B = X^T of the group (k x 8 tokens), C = U^T; at the end each slot's product on its own
@@ -45,9 +46,9 @@ function M.geometry(g, problem, cfg)
   g.NCB = tw.cdiv(g.D, M.NCOL)
   g.NUB = tw.cdiv(g.F, M.UB)
   g.A_STAGE = (cfg.UT + g.NTH) * M.PA
-  g.A_SMEM = cfg.STAGES * g.A_STAGE + nw * 4 * M.GQ * 6        -- + slot words and h bits
+  g.A_SMEM = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 6 + 128)   -- + slot words, h bits, buckets
   g.B_STAGE = M.UB * M.PB
-  g.B_SMEM = 2 * g.B_STAGE + nw * 4 * M.GQ * 4
+  g.B_SMEM = 2 * g.B_STAGE + nw * (4 * M.GQ * 4 + 128)
   g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
   g.items = g.NTT * (g.NUT + g.NCB)
 end
@@ -78,6 +79,45 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
   *total = __shfl_sync(FULL, incl, 7, 8);
 }
 
+/* Deals the np (a multiple of 16) slots of this lane's group anew so that each 8-slot block of
+ * an m-tile holds rows with distinct row & 7 where it can. Why: ldmatrix reads a block's 8 rows
+ * in one pass only if they fall in 8 different 16-byte bank groups, which for a row pitch of an
+ * odd number of 16-byte pieces means distinct row & 7; gathered rows are random, and 8 random
+ * rows take 2.6 passes on average. The slots are sorted by row & 7 (a counting sort through
+ * smem counters; ties in any order) and sorted slot i goes to block i % nb, place i / nb, so a
+ * block's 8 slots are nb apart in that order. sh: the up phase's h bits, which move along. */
+__device__ __forceinline__ void sj_slots_spread(unsigned* sw, unsigned short* sh, int* bucket, int np, int tl) {
+  const int nb = np >> 3;
+  unsigned w[8];
+  unsigned short h[8];
+  int rank[8];
+  if (tl < 8) bucket[tl] = 0;
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    if (j < nb) {
+      w[j] = sw[tl + 8 * j];
+      if (sh) h[j] = sh[tl + 8 * j];
+      rank[j] = atomicAdd(&bucket[w[j] & 7u], 1);
+    }
+  __syncwarp();
+  int start[8], run = 0;
+#pragma unroll
+  for (int r = 0; r < 8; r++) { start[r] = run; run += bucket[r]; }
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    if (j < nb) {
+      const int r = (int)(w[j] & 7u);
+      int i = rank[j];
+#pragma unroll
+      for (int q = 0; q < 8; q++) if (q == r) i += start[q];
+      const int pos = (i % nb) * 8 + i / nb;
+      sw[pos] = w[j];
+      if (sh) sh[pos] = h[j];
+    }
+  __syncwarp();
+}
+
 /* Phase A, item (tt, ut). */
 __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const T* __restrict__ X,
     const unsigned* __restrict__ entries, const int* __restrict__ counts, const T* __restrict__ spill,
@@ -87,6 +127,7 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   unsigned char* ring = smem;
   unsigned* sw = (unsigned*)(smem + STAGES * A_STAGE) + warp * 4 * GQ;                 /* [4][GQ] */
   unsigned short* sh = (unsigned short*)((unsigned*)(smem + STAGES * A_STAGE) + NTH / 8 * GQ) + warp * 4 * GQ;
+  int* bucket = (int*)((unsigned char*)(smem + STAGES * A_STAGE) + NTH / 32 * 4 * GQ * 6) + warp * 32 + g * 8;
   const int t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
@@ -159,7 +200,9 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
       }
     }
     const int ng = max(0, min(GQ, gtot - lo));
-    for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = 8u << 12;
+    for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
+    __syncwarp();
+    sj_slots_spread(sw + g * GQ, sh + g * GQ, bucket, (ng + 15) & ~15, tl);
     if (!__syncthreads_or(ng > 0)) break;             /* every slot is written */
     /* per m-tile, the staged row this lane addresses for ldmatrix, two 16-bit rows per register
      * (128 registers at 512 threads leave no room for 16 addresses) */
@@ -238,6 +281,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned* sw = (unsigned*)(smem + 2 * B_STAGE) + warp * 4 * GQ;
+  int* bucket = (int*)(smem + 2 * B_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 32 + g * 8;
   const int t = tt * NTH + tid, c0 = cb * NCOL, n_tiles = (F + TT - 1) / TT;
   const int tiles_per_stage = UB / TT;
   const size_t crow = (size_t)t * n_tiles;
@@ -290,8 +334,9 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
           if (i + j < b) sw[g * GQ + pre + i + j - lo] = (v[j] << 16) | ((unsigned)tl << 12) | ((v[j] >> 16) - ubase);
       }
       const int ng = max(0, min(GQ, gtot - lo));
-      for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = 8u << 12;
+      for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
       __syncwarp();
+      sj_slots_spread(sw + g * GQ, nullptr, bucket, (ng + 15) & ~15, tl);
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         const int ks_end = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
