@@ -100,9 +100,13 @@ done; done; done
 for sp in 0.95 0.99; do
   bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --skew 1
 done
-# The pairs kernel (ALGO=1, templates/lib/twell_pairs.lua), in the tuning space but not the
-# default: its best measured configs at 95% and 99%.
+# At 95% and 99% the default is the pairs kernel on tensor cores (ALGO=2); the token-block kernel
+# (ALGO=0, the default elsewhere) and the CUDA-core pairs kernel (ALGO=1) in the same run.
+blocks="ALGO=0,NT=1,PERSIST=0,PIPE=0,ROUND=16384,SLOTS=16,STAGES=4,UCAP=512,UT=1024,WARPS=8"
 pairs="ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0"
+for sp in 0.95 0.99; do
+  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --config $blocks
+done
 bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
 bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
 # The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.

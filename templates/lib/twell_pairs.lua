@@ -107,6 +107,53 @@ local function render_head(env) return emit.render(here(), [[
 #define B_STAGE ${B_STAGE}
 typedef ${ctype} T;
 typedef ${otype} OutT;
+
+/* Where the pairs of tiles tile0 .. tile1 - 1 start in token t's list (the counts of the tiles
+ * before them), and how many there are; none past the last token. */
+__device__ __forceinline__ void sj_tile_range(const int* __restrict__ counts, int t, int M, int n_tiles, int tile0,
+                                              int tile1, int* off, int* n) {
+  int o = 0, c = 0;
+  if (t < M) {
+#pragma unroll 8
+    for (int tile = 0; tile < tile0; tile++) o += counts[(size_t)t * n_tiles + tile];
+    for (int tile = tile0; tile < tile1; tile++) c += counts[(size_t)t * n_tiles + tile];
+  }
+  *off = o;
+  *n = c;
+}
+
+/* put(idx, unit - tile0 * TT, h bits) for the pairs idx in [a, b) of token t's tiles tile0 ..
+ * tile1 - 1, in list order: tiles ascending, a tile's entries in order, and for a tile whose
+ * count exceeds C (overflow) its non-zeros from the spill in column order. That tile yields
+ * exactly `count` pairs (zero pairs pad a spill with fewer non-zeros), so list offsets computed
+ * from the counts alone stay consistent. */
+template <typename Put>
+__device__ __forceinline__ void sj_tile_pairs(const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    const T* __restrict__ spill, int t, int n_tiles, int tile0, int tile1, int F, int a, int b, Put put) {
+  int idx = 0;
+  for (int tile = tile0; tile < tile1 && idx < b; tile++) {
+    const int cnt = counts[(size_t)t * n_tiles + tile];
+    if (idx + cnt <= a) { idx += cnt; continue; }
+    const int base = (tile - tile0) * TT;
+    if (cnt <= CAP) {
+      const unsigned* e = entries + ((size_t)t * n_tiles + tile) * CAP;
+      for (int c = 0; c < cnt && idx < b; c++, idx++)
+        if (idx >= a) { const unsigned v = e[c]; put(idx, base + (int)(v >> 16), (unsigned short)(v & 0xffffu)); }
+    } else {
+      const T* sp = spill + (size_t)t * F + (size_t)tile * TT;
+      const int width = min(TT, F - tile * TT);
+      int found = 0;
+      for (int c = 0; c < width && found < cnt && idx < b; c++) {
+        const unsigned short bits = sp[c];
+        if (!sj_twell_nz(bits)) continue;
+        if (idx >= a) put(idx, base + c, bits);
+        idx++; found++;
+      }
+      for (; found < cnt && idx < b; found++, idx++)
+        if (idx >= a) put(idx, base, (unsigned short)0);
+    }
+  }
+}
 ]], env) end
 
 -- ALGO=1's phases.
@@ -135,13 +182,8 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   const int tid = threadIdx.x, t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
-  /* where this unit tile's pairs start in t's list: the counts of the tiles before it */
-  int off = 0, total = 0;
-  if (t < M) {
-#pragma unroll 8
-    for (int tile = 0; tile < tile0; tile++) off += counts[(size_t)t * n_tiles + tile];
-    for (int tile = tile0; tile < tile1; tile++) total += counts[(size_t)t * n_tiles + tile];
-  }
+  int off, total;
+  sj_tile_range(counts, t, M, n_tiles, tile0, tile1, &off, &total);
   /* the copies of a chunk: thread i takes piece (i & 1) of unit / token (i >> 1) */
   auto load_chunk = [&](int kc, int stage) {
     unsigned char* st = ring + stage * A_STAGE;
@@ -160,41 +202,13 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   for (int pass = 0;; pass++) {
     const int lo = pass * SLOTS;
     const int n = max(0, min(SLOTS, total - lo));
-    /* this pass's pairs -> slots (tiles in order, a tile's pairs in entry / column order) */
-    if (n > 0) {
-      int idx = 0;
-      for (int tile = tile0; tile < tile1 && idx < lo + SLOTS; tile++) {
-        const int cnt = counts[(size_t)t * n_tiles + tile];
-        if (idx + cnt <= lo) { idx += cnt; continue; }
-        if (cnt <= CAP) {
-          const unsigned* e = entries + ((size_t)t * n_tiles + tile) * CAP;
-          for (int c = 0; c < cnt; c++, idx++)
-            if (idx >= lo && idx < lo + SLOTS) {
-              const unsigned v = e[c];
-              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT + (v >> 16));
-              hl[(idx - lo) * NTH + tid] = (unsigned short)(v & 0xffffu);
-            }
-        } else {
-          const T* s = spill + (size_t)t * F + (size_t)tile * TT;
-          const int width = min(TT, F - tile * TT);
-          int found = 0;
-          for (int c = 0; c < width && found < cnt; c++) {
-            const unsigned short bits = s[c];
-            if (!sj_twell_nz(bits)) continue;
-            if (idx >= lo && idx < lo + SLOTS) {
-              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT + c);
-              hl[(idx - lo) * NTH + tid] = bits;
-            }
-            idx++; found++;
-          }
-          for (; found < cnt; found++, idx++)       /* a spill with fewer non-zeros than count: zero pairs */
-            if (idx >= lo && idx < lo + SLOTS) {
-              jl[(idx - lo) * NTH + tid] = (unsigned short)((tile - tile0) * TT);
-              hl[(idx - lo) * NTH + tid] = 0;
-            }
-        }
-      }
-    }
+    /* this pass's pairs -> slots */
+    if (n > 0)
+      sj_tile_pairs(entries, counts, spill, t, n_tiles, tile0, tile1, F, lo, lo + SLOTS,
+                    [&](int idx, int u, unsigned short bits) {
+                      jl[(idx - lo) * NTH + tid] = (unsigned short)u;
+                      hl[(idx - lo) * NTH + tid] = bits;
+                    });
     if (!__syncthreads_or(n > 0)) break;              /* every thread's pairs are written */
     int jo[SLOTS];
     float acc[SLOTS];

@@ -131,13 +131,8 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   const int t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
-  /* where this unit tile's pairs start in t's list (the counts of the tiles before it), and how many */
-  int off = 0, n = 0;
-  if (t < M) {
-#pragma unroll 8
-    for (int tile = 0; tile < tile0; tile++) off += counts[(size_t)t * n_tiles + tile];
-    for (int tile = tile0; tile < tile1; tile++) n += counts[(size_t)t * n_tiles + tile];
-  }
+  int off, n;
+  sj_tile_range(counts, t, M, n_tiles, tile0, tile1, &off, &n);
   int pre, gtot;
   sj_group_prefix(n, tl, &pre, &gtot);
   int tot[4];
@@ -161,44 +156,13 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   for (int lo = 0;; lo += GQ) {
     /* deal the group's pairs lo .. lo + GQ - 1 to slots: this lane's pairs a .. b - 1 */
     const int a = max(0, lo - pre), b = min(n, lo + GQ - pre);
-    if (a < b) {
-      int idx = 0;
-      for (int tile = tile0; tile < tile1 && idx < b; tile++) {
-        const int cnt = counts[(size_t)t * n_tiles + tile];
-        if (idx + cnt <= a) { idx += cnt; continue; }
-        const int base = (tile - tile0) * TT;
-        if (cnt <= CAP) {
-          const unsigned* e = entries + ((size_t)t * n_tiles + tile) * CAP;
-          for (int c = 0; c < cnt && idx < b; c++, idx++)
-            if (idx >= a) {
-              const unsigned v = e[c];
-              const int s = pre + idx - lo;
-              sw[g * GQ + s] = ((unsigned)(off + idx) << 16) | ((unsigned)tl << 12) | (unsigned)(base + (v >> 16));
-              sh[g * GQ + s] = (unsigned short)(v & 0xffffu);
-            }
-        } else {                                      /* overflow: the tile's non-zeros from the spill */
-          const T* sp = spill + (size_t)t * F + (size_t)tile * TT;
-          const int width = min(TT, F - tile * TT);
-          int found = 0;
-          for (int c = 0; c < width && found < cnt && idx < b; c++) {
-            const unsigned short bits = sp[c];
-            if (!sj_twell_nz(bits)) continue;
-            if (idx >= a) {
-              const int s = pre + idx - lo;
-              sw[g * GQ + s] = ((unsigned)(off + idx) << 16) | ((unsigned)tl << 12) | (unsigned)(base + c);
-              sh[g * GQ + s] = bits;
-            }
-            idx++; found++;
-          }
-          for (; found < cnt && idx < b; found++, idx++)   /* a spill with fewer non-zeros than count: zero pairs */
-            if (idx >= a) {
-              const int s = pre + idx - lo;
-              sw[g * GQ + s] = ((unsigned)(off + idx) << 16) | ((unsigned)tl << 12) | (unsigned)base;
-              sh[g * GQ + s] = 0;
-            }
-        }
-      }
-    }
+    if (a < b)
+      sj_tile_pairs(entries, counts, spill, t, n_tiles, tile0, tile1, F, a, b,
+                    [&](int idx, int u, unsigned short bits) {
+                      const int s = g * GQ + pre + idx - lo;
+                      sw[s] = ((unsigned)(off + idx) << 16) | ((unsigned)tl << 12) | (unsigned)u;
+                      sh[s] = bits;
+                    });
     const int ng = max(0, min(GQ, gtot - lo));
     for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
     __syncwarp();
