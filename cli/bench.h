@@ -21,8 +21,8 @@ typedef struct bench_op {
     int (*baseline)(const sj_problem *p, int64_t shapes[4][3]);
     /* Optional: after one launch, the relative error of (a sample of) the output against a
      * reference that shares no code with the kernel (fp64 on the host for TwELL, the fp32
-     * reference kernel for gemm), so no time is reported for a kernel that computes the wrong
-     * thing. */
+     * reference kernel for gemm and V:N:M), so no time is reported for a kernel that computes
+     * the wrong thing. */
     sj_status (*check)(sj_context *ctx, bench_case *c, double *rel_error);
     void (*teardown)(sj_context *ctx, bench_case *c);
 } bench_op;

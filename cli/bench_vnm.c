@@ -1,7 +1,8 @@
 /* bench_vnm.c: bench_op_vnm, what `sparsejit bench --op vnm-spmm --vnm V:N:M` times: C = A.B
  * through sj_vnm_spmm, with A a random dense rows x K matrix (uniform [-1, 1), never zeros)
  * pruned to V:N:M by magnitude on the GPU (sj_vnm_compress_device), against the dense GEMM of
- * the same shape through cuBLAS. */
+ * the same shape through cuBLAS; the first launch's C is checked element by element against the
+ * tuner's reference kernel on the dense matrix the compressed A stands for. */
 #include "bench.h"
 #include "runtime/error.h"
 #include "tuner/harness.h"
@@ -45,7 +46,8 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     if ((st = harness_random_device16(ctx, p->dtype, (size_t)(p->m * p->k), &rng, &dense)) != SJ_OK ||
         (st = sj_vnm_compress_device(ctx, &l, dense, p->k, SJ_VNM_PRUNE_L2, &c->A, NULL)) != SJ_OK ||
         (st = harness_random_device16(ctx, p->dtype, (size_t)(p->k * p->n), &rng, &c->B)) != SJ_OK ||
-        (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK) {
+        (st = sj_malloc(ctx, out_bytes, &c->C)) != SJ_OK ||
+        (st = sj_memset_u8(ctx, c->C, 0xFF, out_bytes)) != SJ_OK) { /* NaN: an unwritten element fails the check */
         if (dense) sj_free(ctx, dense);
         teardown(ctx, c);
         return st;
@@ -61,6 +63,37 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
 static sj_status launch(sj_context *ctx, bench_case *c)
 {
     return sj_vnm_spmm(ctx, &c->p, &c->A, c->B, c->C, 1.0f, 0.0f, NULL);
+}
+
+/* Every element of C against the reference kernel's fp32 C for the same B and the dense A that
+ * the compressed A stands for: downloaded and expanded on the host by sj_vnm_decompress, which
+ * shares no code with the SpMM kernel or the GPU compressor. */
+static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
+{
+    const sj_problem *p = &c->p;
+    size_t na = (size_t)(p->m * p->k), n = (size_t)(p->m * p->n);
+    size_t a_bytes = na * sj_dtype_size(p->dtype), out_bytes = n * sj_dtype_size(p->out_dtype);
+    sj_vnm_host h = { 0 };
+    sj_devptr dense_dev = 0;
+    void *dense = malloc(a_bytes), *got = malloc(out_bytes);
+    float *ref = malloc(n * sizeof *ref);
+    sj_status st = dense && got && ref ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory for the check");
+    if (st == SJ_OK) st = sj_vnm_download(ctx, &c->A, &h);
+    if (st == SJ_OK) st = sj_vnm_decompress(&h, dense, p->k);
+    if (st == SJ_OK) st = sj_malloc(ctx, a_bytes, &dense_dev);
+    if (st == SJ_OK) st = sj_memcpy_htod(ctx, dense_dev, dense, a_bytes);
+    if (st == SJ_OK) st = harness_reference_gemm(ctx, p->dtype, dense_dev, c->B, p->m, p->n, p->k, ref);
+    if (st == SJ_OK) st = sj_memcpy_dtoh(ctx, got, c->C, out_bytes);
+    if (st == SJ_OK) *rel_error = harness_rel_error(p->out_dtype, got, ref, n);
+    if (dense_dev) {
+        sj_status fs = sj_free(ctx, dense_dev);
+        if (st == SJ_OK) st = fs;
+    }
+    sj_vnm_host_free(&h);
+    free(dense);
+    free(got);
+    free(ref);
+    return st;
 }
 
 /* Useful work: the kept N of every M columns. */
@@ -83,5 +116,6 @@ const bench_op bench_op_vnm = {
     .launch = launch,
     .flops = flops,
     .baseline = baseline,
+    .check = check,
     .teardown = teardown,
 };

@@ -41,7 +41,7 @@ tmp=$(mktemp -d)
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "cache clear without --yes must exit 2 (got $rc: $out)"
 rm -rf "$tmp"
-# With a GPU: a bench row comes from the tuned winner once there is one, and a TwELL or gemm bench
+# With a GPU: a bench row comes from the tuned winner once there is one, and every bench
 # checks its output (check_rel_err, the last CSV column) before it reports a time.
 if "$cli" info --json | grep -q '"has_gpu":true'; then
   tmp=$(mktemp -d)
@@ -54,6 +54,8 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn must report its check: $row"
   row=$("$cli" bench --op gemm --shape 264x136x200 --rounds 1 --csv 2>&1) || fail "bench gemm: $row"
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench gemm must report its check: $row"
+  row=$("$cli" bench --op vnm-spmm --shape 256x136x512 --vnm 64:2:8 --rounds 1 --csv 2>&1) || fail "bench vnm-spmm: $row"
+  echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench vnm-spmm must report its check: $row"
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
   echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
   rm -rf "$tmp"
