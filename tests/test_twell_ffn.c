@@ -418,6 +418,13 @@ static void test_default_follows_sparsity(void **state)
         if (cases[i].algo == 2) assert_int_equal(tu_config_value(g->config, "UT"), cases[i].sparsity >= 0.98 ? 512 : 256);
         sj_generated_free(g);
     }
+    /* on sm_80 its configs exceed the shared memory: the token blocks */
+    sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 8192, 4096, 11008, 128, 16);
+    p.twell_sparsity = 0.99;
+    sj_generated *g = NULL;
+    SJ_ASSERT_OK(sj_generate(ctx80, &p, NULL, &g));
+    assert_int_equal(tu_config_value(g->config, "ALGO"), 0);
+    sj_generated_free(g);
 }
 
 /* The cache key carries the sparsity, so a winner tuned at one is never served at another, and
