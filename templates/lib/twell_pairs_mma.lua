@@ -41,7 +41,7 @@ M.GQ = 64            -- slots per group and round
 -- Adds ALGO=2's sizes to lib/twell_pairs.lua's geometry g.
 function M.geometry(g, problem, cfg)
   local nw = cfg.WARPS
-  g.KC, g.PA, g.PB, g.GQ, g.NCOL = M.KC, M.PA, M.PB, M.GQ, M.NCOL
+  g.KC, g.PA, g.PB, g.GQ, g.NCOL, g.UB = M.KC, M.PA, M.PB, M.GQ, M.NCOL, M.UB
   g.NKC = tw.cdiv(g.D, M.KC)
   g.NCB = tw.cdiv(g.D, M.NCOL)
   g.NUB = tw.cdiv(g.F, M.UB)
