@@ -74,12 +74,16 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
     return rt_twell_ffn_launch(ctx, k, p, X, H, WuT, Wd, Y, stream);
 }
 
-/* Bytes of workspace an ALGO=1 or 2 (pairs) FFN kernel needs: the counters, then a pair list of d_ff
- * entries per token (templates/lib/twell_pairs.lua, list_offset). */
+/* Bytes of workspace an ALGO=1 or 2 (pairs) FFN kernel needs, for any of their configs
+ * (templates/lib/twell_pairs.lua, list_offset): the counters, then ALGO=1's pair list (d_ff
+ * entries per token) or ALGO=2's slot counts (per 8 tokens and unit tile of 256 or more) and
+ * slots (8 * UT per 8 tokens and unit tile), with tokens and d_ff rounded up to 512. */
 static size_t ffn_pairs_workspace(const sj_problem *p)
 {
     size_t list_offset = (size_t)((2 + (p->m + 255) / 256 + 63) / 64 * 64);
-    return 4 * (list_offset + (size_t)p->m * (size_t)p->d_ff);
+    size_t m512 = (size_t)(p->m + 511) / 512 * 512, f512 = (size_t)(p->d_ff + 511) / 512 * 512;
+    size_t counts = (m512 / 8 * (size_t)((p->d_ff + 255) / 256) + 63) / 64 * 64;
+    return 4 * (list_offset + counts + m512 * f512);
 }
 
 sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,

@@ -69,6 +69,16 @@ static sj_problem ffn_problem(sj_dtype dt, sj_dtype out, int64_t tokens, int64_t
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The value of "#define NAME v" in generated source (fails the test if it is not there). */
+static int64_t define_value(const char *source, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "#define %s ", name);
+    const char *at = strstr(source, key);
+    assert_non_null(at);
+    return atoll(at + strlen(key));
+}
+
 /* expect_wg: 0, 1 or 2, or -1 for any (a config of the space). */
 static void check_gate_generated(const sj_problem *p, const sj_generated *g, const char *arch, int expect_wg)
 {
@@ -110,15 +120,20 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_int_equal(g->grid[0], (unsigned)items);
         assert_non_null(strstr(g->source, "atomicAdd(work, 1u)"));   /* the ticket */
         /* where the pair lists start: the offset runtime/op_twell.c sizes the workspace with */
-        const char *pl = strstr(g->source, "#define PL_OFF ");
-        assert_non_null(pl);
-        assert_int_equal(atoll(pl + strlen("#define PL_OFF ")), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
+        assert_int_equal(define_value(g->source, "PL_OFF"), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
         assert_true(2 + token_tiles <= (2 + cdiv(p->m, 256) + 63) / 64 * 64); /* the counters fit before it */
         assert_non_null(strstr(g->source, "twell_pairs.lua"));
         if (ALGO == 2) { /* tensor cores, rows gathered by ldmatrix */
             assert_non_null(strstr(g->source, "twell_pairs_mma.lua"));
             assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
             assert_non_null(strstr(g->source, "sj_ldmatrix_x4_trans(af"));
+            /* counts, then the dealt slots, inside the bytes runtime/op_twell.c allocates */
+            int64_t pl_off = (2 + cdiv(p->m, 256) + 63) / 64 * 64, ngp = cdiv(p->m, 32 * W) * 4 * W;
+            int64_t nut = cdiv(tiles, UT / p->twell_tile), sl_off = define_value(g->source, "SL_OFF");
+            int64_t m512 = cdiv(p->m, 512) * 512, f512 = cdiv(p->d_ff, 512) * 512;
+            assert_int_equal(define_value(g->source, "NGP"), ngp);
+            assert_true(sl_off >= pl_off + ngp * nut && sl_off % 4 == 0);
+            assert_true(sl_off + ngp * nut * 8 * UT <= pl_off + (m512 / 8 * cdiv(p->d_ff, 256) + 63) / 64 * 64 + m512 * f512);
         }
         return;
     }
@@ -387,8 +402,8 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=2", "PERSIST must be 0 or 1");
     expect_invalid(ctx90, &ffn, "ALGO=3", "ALGO must be 0");
     expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=32,WARPS=16,UT=512,STAGES=2", "SLOTS=16");
-    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=2048,STAGES=2", "UT=256, 512 or 1024");
-    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=1024,STAGES=2", "shared memory");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=1024,STAGES=2", "UT=256 or 512");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3", "shared memory");
     expect_invalid(ctx90, &ffn, "ALGO=2,NT=2,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=2", "ALGO=2 takes PIPE=0");
     sj_problem ragged = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8);
     expect_invalid(ctx90, &ragged, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "multiple of 64");

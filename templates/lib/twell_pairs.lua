@@ -16,9 +16,10 @@
 -- them hold tickets issued earlier, to CTAs already running that wait on nothing, so the wait
 -- always ends. The last CTA to finish puts the counters back to zero for the next launch.
 --
--- Workspace (the op's `work` argument, runtime/op_twell.c sizes it with the same formula):
+-- Workspace (the op's `work` argument, runtime/op_twell.c sizes it for both algorithms):
 --   u32 [0] ticket, [1] finished CTAs, [2 .. 2 + NTT) phase-A items done per token tile, then,
---   from u32 PL_OFF, the pair list: row t (F entries of capacity) holds t's pairs as
+--   from u32 PL_OFF, ALGO=2's counts and dealt slots (lib/twell_pairs_mma.lua) or ALGO=1's
+--   pair list: row t (F entries of capacity) holds t's pairs as
 --   (unit << 16) | p bits, in TwELL tile order (ascending tiles, a tile's entries in their
 --   order), so the pairs of any tile-aligned unit range are contiguous. p is rounded to the
 --   input dtype, as ALGO=0 rounds P before its down product.
@@ -35,8 +36,10 @@ P.KC = 16            -- d_model elements per phase-A chunk (two 16-byte pieces p
 P.UB = 512           -- units per phase-B stage (a multiple of T)
 P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
 
--- u32 offset of the pair list in the workspace (room for the counters of 256-token tiles); the
--- workspace is 4 * (list_offset(M) + M * F) bytes, which runtime/op_twell.c allocates.
+-- u32 offset of the pair list in the workspace (room for the counters of 256-token tiles).
+-- runtime/op_twell.c allocates 4 * (list_offset(M) + ceil64(M' / 8 * ceil(F / 256)) + M' * F')
+-- bytes, M' and F' being M and F rounded up to 512: ALGO=1's M * F list entries, or ALGO=2's
+-- counts and slots, fit for every config.
 function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
 
 function P.geometry(problem, cfg)
@@ -108,18 +111,15 @@ local function render_head(env) return emit.render(here(), [[
 typedef ${ctype} T;
 typedef ${otype} OutT;
 
-/* Where the pairs of tiles tile0 .. tile1 - 1 start in token t's list (the counts of the tiles
- * before them), and how many there are; none past the last token. */
-__device__ __forceinline__ void sj_tile_range(const int* __restrict__ counts, int t, int M, int n_tiles, int tile0,
-                                              int tile1, int* off, int* n) {
-  int o = 0, c = 0;
-  if (t < M) {
+/* How many pairs token t has in tiles tile0 .. tile1 - 1 (the sum of their counts); none past the
+ * last token. With tile0 = 0 it is where tile1's pairs start in the token's list. */
+__device__ __forceinline__ int sj_tile_count(const int* __restrict__ counts, int t, int M, int n_tiles, int tile0,
+                                             int tile1) {
+  int c = 0;
+  if (t < M)
 #pragma unroll 8
-    for (int tile = 0; tile < tile0; tile++) o += counts[(size_t)t * n_tiles + tile];
     for (int tile = tile0; tile < tile1; tile++) c += counts[(size_t)t * n_tiles + tile];
-  }
-  *off = o;
-  *n = c;
+  return c;
 }
 
 /* put(idx, unit - tile0 * TT, h bits) for the pairs idx in [a, b) of token t's tiles tile0 ..
@@ -182,8 +182,8 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   const int tid = threadIdx.x, t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
-  int off, total;
-  sj_tile_range(counts, t, M, n_tiles, tile0, tile1, &off, &total);
+  const int off = sj_tile_count(counts, t, M, n_tiles, 0, tile0);
+  const int total = sj_tile_count(counts, t, M, n_tiles, tile0, tile1);
   /* the copies of a chunk: thread i takes piece (i & 1) of unit / token (i >> 1) */
   auto load_chunk = [&](int kc, int stage) {
     unsigned char* st = ring + stage * A_STAGE;
@@ -347,13 +347,19 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int item_s;
   unsigned* done = work + 2;
+$ if ALGO ~= 2 then
   unsigned* plist = work + PL_OFF;
+$ end
   if (threadIdx.x == 0) item_s = (int)atomicAdd(work, 1u);
   __syncthreads();
   const int item = item_s;
   if (item < NTT * NUT) {
     const int tt = item / NUT, ut = item % NUT;
+$ if ALGO == 2 then
+    sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, work, M, D, F);
+$ else
     sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, plist, M, D, F);
+$ end
     __threadfence();                                  /* this thread's pairs, before the count below */
     __syncthreads();
     if (threadIdx.x == 0) { __threadfence(); atomicAdd(done + tt, 1u); }
@@ -361,7 +367,11 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const int b = item - NTT * NUT, tt = b / NCB, cb = b % NCB;
     if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
     __syncthreads();
+$ if ALGO == 2 then
+    sj_pairs_down(smem, tt, cb, Wd, work, Y, M, D, F);
+$ else
     sj_pairs_down(smem, tt, cb, counts, Wd, plist, Y, M, D, F);
+$ end
   }
   /* the last CTA out resets the counters for the next launch */
   __syncthreads();

@@ -11,21 +11,29 @@
 -- reads its d_model-long row once per phase).
 --
 -- Both phases: warp w of a token tile owns its 32 tokens (lane = token), in 4 groups of 8 lanes.
--- A group's pairs are dealt to slots in rounds of GQ (4 m-tiles of 16); a slot is a 32-bit word
---   up:   (list position << 16) | (token in group << 12) | unit in the unit tile   (+ h bits)
---   down: (p bits << 16)        | (token in group << 12) | unit in the Wd stage
--- and padding slots name token 8 (no token) and rows 0-7 in turn (any row will do: their products
--- are dropped or zero; these spread over the bank groups, see sj_slots_spread).
+-- The up item deals a group's pairs in its unit tile to slots in rounds of GQ (4 m-tiles of 16);
+-- a slot is a 32-bit word (value bits << 16) | (token in group << 12) | unit in the unit tile,
+-- the value being h while the up product runs and p = h * u once it is done; padding slots name
+-- token 8 (no token) and rows 0-7 in turn (any row will do: their products are dropped or zero;
+-- these spread over the bank groups, see sj_slots_spread). The up item then writes the group's
+-- slots, p included, to the workspace, and the down items read them as they are: a down stage is
+-- a unit tile (UB = UT), so they never deal again (the 64 column blocks of a token tile would
+-- each deal the same slots).
 --   up (SDDMM), item (token tile, UT units): the tile's WuT rows and the 512 tokens' X rows are
 --     streamed through shared memory in KC-element slices; A = gathered WuT rows (slots x k),
 --     B = X^T of the group (k x 8 tokens), C = U^T; at the end each slot's product on its own
 --     token, times h, goes to the token's pair list. Rounds past the first (a group with more
 --     than GQ pairs in the tile) stream the slice sequence again.
---   down (SpMM), item (token tile, 64 output columns): Wd rows are staged UB units at a time;
---     A = Wd[slot rows, columns]^T via ldmatrix.trans (64 columns = 4 m-tiles), B = P^T built
---     in registers from the slot words (p where the slot's token is the column's, else 0),
---     C = Y^T accumulated over all of d_ff in registers. Rounds only re-deal slots (the stage
---     stays), so any number of pairs costs no extra weight traffic.
+--   down (SpMM), item (token tile, 64 output columns): Wd rows are staged a unit tile at a time,
+--     with the tile's slots and counts; A = Wd[slot rows, columns]^T via ldmatrix.trans (64
+--     columns = 4 m-tiles), B = P^T built in registers from the slot words (p where the slot's
+--     token is the column's, else 0), C = Y^T accumulated over all of d_ff in registers. Rounds
+--     past the first only load more slots (the stage stays), so any number of pairs costs no
+--     extra weight traffic.
+-- Workspace (after lib/twell_pairs.lua's counters, from u32 PL_OFF): the pair counts, u32
+-- [ut * NGP + G] for unit tile ut and group G (token / 8), then from SL_OFF the slots, group G
+-- and unit tile ut at (G * NUT + ut) * 8 * UT (8 tokens x UT units is the most a group can
+-- have there), its rounds back to back, each padded to a multiple of 16.
 local emit = require "lib.emit"
 local tw = require "lib.twell_common"
 
@@ -33,7 +41,6 @@ local M = {}
 
 M.KC = 32            -- d_model elements per up slice: 64 bytes of a row, 4 cp.async pieces
 M.PA = 80            -- staged row pitch, up: 5 x 16 bytes, so 8 consecutive rows hit 8 bank groups
-M.UB = 512           -- units per down stage (a multiple of T)
 M.NCOL = 64          -- output columns per down item
 M.PB = 144           -- staged row pitch, down: 9 x 16 bytes
 M.GQ = 64            -- slots per group and round
@@ -41,24 +48,28 @@ M.GQ = 64            -- slots per group and round
 -- Adds ALGO=2's sizes to lib/twell_pairs.lua's geometry g.
 function M.geometry(g, problem, cfg)
   local nw = cfg.WARPS
-  g.KC, g.PA, g.PB, g.GQ, g.NCOL, g.UB = M.KC, M.PA, M.PB, M.GQ, M.NCOL, M.UB
+  g.KC, g.PA, g.PB, g.GQ, g.NCOL, g.UB = M.KC, M.PA, M.PB, M.GQ, M.NCOL, cfg.UT
   g.NKC = tw.cdiv(g.D, M.KC)
   g.NCB = tw.cdiv(g.D, M.NCOL)
-  g.NUB = tw.cdiv(g.F, M.UB)
+  g.NUB = g.NUT
+  g.NGP = g.NTT * g.NTH // 8
+  g.SL_OFF = g.PL_OFF + tw.cdiv(g.NGP * g.NUT, 64) * 64
   g.A_STAGE = (cfg.UT + g.NTH) * M.PA
-  g.A_SMEM = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 6 + 128)   -- + slot words, h bits, buckets
-  g.B_STAGE = M.UB * M.PB
-  g.B_SMEM = 2 * g.B_STAGE + nw * (4 * M.GQ * 4 + 128)
+  g.A_SMEM = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 128)   -- + slot words, sort buckets
+  g.B_STAGE = cfg.UT * M.PB
+  g.B_SMEM = 2 * g.B_STAGE + nw * 2 * 4 * M.GQ * 4                -- + slots, twice
   g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
   g.items = g.NTT * (g.NUT + g.NCB)
 end
 
 function M.valid(problem, cfg)
-  if not tw.member({ 256, 512, 1024 }, cfg.UT) then return false, "ALGO=2 takes UT=256, 512 or 1024" end
-  if cfg.SLOTS ~= 16 then return false, "ALGO=2 takes SLOTS=16 (it belongs to ALGO=1)" end
-  if M.UB % problem.T ~= 0 then
-    return false, string.format("ALGO=2 needs the TwELL tile T=%d to divide %d", problem.T, M.UB)
+  -- UT = 512 keeps a staged row's byte offset (row * PA) in 16 bits, and a unit tile's Wd rows
+  -- (UT * PB bytes, twice) in shared memory.
+  if not tw.member({ 256, 512 }, cfg.UT) then return false, "ALGO=2 takes UT=256 or 512" end
+  if problem.M * problem.N >= 1 << 31 or problem.DFF * problem.N >= 1 << 31 then
+    return false, "ALGO=2 needs tokens x d_model and d_ff x d_model below 2^31 (32-bit offsets)"
   end
+  if cfg.SLOTS ~= 16 then return false, "ALGO=2 takes SLOTS=16 (it belongs to ALGO=1)" end
   return true
 end
 
@@ -68,6 +79,8 @@ function M.render(env) return emit.render(here(), [[
 #define PB ${PB}
 #define GQ ${GQ}
 #define NCOL ${NCOL}
+#define NGP ${NGP}
+#define SL_OFF ${SL_OFF}
 #define FULL 0xffffffffu
 
 /* Exclusive prefix of n over the 8 lanes of this lane's group, and the group's total. */
@@ -82,24 +95,19 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
 /* Deals the np (a multiple of 16) slots of this lane's group anew so that each 8-slot block of
  * an m-tile holds rows with distinct row & 7 where it can. Why: ldmatrix reads a block's 8 rows
  * in one pass only if they fall in 8 different 16-byte bank groups, which for a row pitch of an
- * odd number of 16-byte pieces means distinct row & 7; gathered rows are random, and 8 random
- * rows take 2.6 passes on average. The slots are sorted by row & 7 (a counting sort through
- * smem counters; ties in any order) and sorted slot i goes to block i % nb, place i / nb, so a
- * block's 8 slots are nb apart in that order. sh: the up phase's h bits, which move along. */
-__device__ __forceinline__ void sj_slots_spread(unsigned* sw, unsigned short* sh, int* bucket, int np, int tl) {
+ * odd number of 16-byte pieces (PA and PB both) means distinct row & 7; gathered rows are
+ * random, and 8 random rows take 2.6 passes on average. The slots are sorted by row & 7 (a
+ * counting sort through smem counters; ties in any order) and sorted slot i goes to block
+ * i % nb, place i / nb, so a block's 8 slots are nb apart in that order. */
+__device__ __forceinline__ void sj_slots_spread(unsigned* sw, int* bucket, int np, int tl) {
   const int nb = np >> 3;
   unsigned w[8];
-  unsigned short h[8];
   int rank[8];
   if (tl < 8) bucket[tl] = 0;
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < nb) {
-      w[j] = sw[tl + 8 * j];
-      if (sh) h[j] = sh[tl + 8 * j];
-      rank[j] = atomicAdd(&bucket[w[j] & 7u], 1);
-    }
+    if (j < nb) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&bucket[w[j] & 7u], 1); }
   __syncwarp();
   int start[8], run = 0;
 #pragma unroll
@@ -111,44 +119,71 @@ __device__ __forceinline__ void sj_slots_spread(unsigned* sw, unsigned short* sh
       int i = rank[j];
 #pragma unroll
       for (int q = 0; q < 8; q++) if (q == r) i += start[q];
-      const int pos = (i % nb) * 8 + i / nb;
-      sw[pos] = w[j];
-      if (sh) sh[pos] = h[j];
+      sw[(i % nb) * 8 + i / nb] = w[j];
     }
   __syncwarp();
+}
+
+/* One k-step of a group's first N m-tiles in the up product (N is uniform over the warp, so
+ * this is a branch, not N predicates). arow: the gathered rows' byte offsets in the stage, two
+ * per register; b: the group's B fragment; st: the stage and k-step. */
+template <int N>
+__device__ __forceinline__ void sj_up_mtiles(float acc[4][4], const sj_u32 arow[2], const sj_u32 b[2], sj_u32 st) {
+  sj_u32 af[N][4];
+#pragma unroll
+  for (int m = 0; m < N; m++) sj_ldmatrix_x4(af[m], st + ((m & 1) ? arow[m >> 1] >> 16 : arow[m >> 1] & 0xffffu));
+#pragma unroll
+  for (int m = 0; m < N; m++) sj_mma_16816(acc[m], af[m], b);
 }
 
 /* Phase A, item (tt, ut). */
 __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const T* __restrict__ X,
     const unsigned* __restrict__ entries, const int* __restrict__ counts, const T* __restrict__ spill,
-    const T* __restrict__ WuT, unsigned* plist, int M, int D, int F)
+    const T* __restrict__ WuT, unsigned* work, int M, int D, int F)
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned char* ring = smem;
   unsigned* sw = (unsigned*)(smem + STAGES * A_STAGE) + warp * 4 * GQ;                 /* [4][GQ] */
-  unsigned short* sh = (unsigned short*)((unsigned*)(smem + STAGES * A_STAGE) + NTH / 8 * GQ) + warp * 4 * GQ;
-  int* bucket = (int*)((unsigned char*)(smem + STAGES * A_STAGE) + NTH / 32 * 4 * GQ * 6) + warp * 32 + g * 8;
+  int* bucket = (int*)(smem + STAGES * A_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 32 + g * 8;
   const int t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
-  int off, n;
-  sj_tile_range(counts, t, M, n_tiles, tile0, tile1, &off, &n);
+  const int n = sj_tile_count(counts, t, M, n_tiles, tile0, tile1);
   int pre, gtot;
   sj_group_prefix(n, tl, &pre, &gtot);
   int tot[4];
 #pragma unroll
   for (int q = 0; q < 4; q++) tot[q] = __shfl_sync(FULL, gtot, 8 * q);
-  /* a slice: UT WuT rows, then the tile's NTH X rows, 4 pieces of 16 bytes each */
+  const int G0 = tt * (NTH / 8) + warp * 4;                                          /* the warp's first group */
+  if (tl == 0) work[PL_OFF + ut * NGP + G0 + g] = (unsigned)gtot;
+  /* A slice is UT WuT rows, then the tile's NTH X rows, 4 pieces of 16 bytes each. Thread tid
+   * copies piece tid & 3 of rows pr + j * NTH / 4: JW rows of WuT, 4 of X. A warp's 8 rows are
+   * taken in the order 0 4 1 5 2 6 3 7 so that each quarter warp (8 pieces, one shared-memory
+   * pass of 16-byte stores) writes rows r and r + 4, i.e. 8 different bank groups at pitch PA. */
+  constexpr int JW = 4 * UT / NTH, RS = NTH / 4;
+  const int pr = warp * 8 + (lane >> 3) + 4 * ((lane >> 2) & 1), pc = (lane & 3) * 8;
+  /* 32-bit element offsets (valid() keeps both matrices under 2^31 elements): fewer registers
+   * live across the slice loop */
+  const unsigned woff = (unsigned)(u0 + pr) * (unsigned)D + pc, xoff0 = (unsigned)(tt * NTH + pr) * (unsigned)D + pc;
+  unsigned rows_in = 0;                                   /* bit j: row j of this thread exists */
+#pragma unroll
+  for (int j = 0; j < JW; j++) if (u0 + pr + j * RS < F) rows_in |= 1u << j;
+#pragma unroll
+  for (int j = 0; j < 4; j++) if (tt * NTH + pr + j * RS < M) rows_in |= 1u << (JW + j);
+  const sj_u32 dst0 = sj_smem_addr(ring) + pr * PA + (lane & 3) * 16;
   auto load_slice = [&](int kc, int stage) {
-    unsigned char* st = ring + stage * A_STAGE;
     const int k = kc * KC;
-    for (int i = tid; i < (UT + NTH) * 4; i += NTH) {
-      const int r = i >> 2, kk = k + 8 * (i & 3);
-      const T* src;
-      bool ok;
-      if (r < UT) { const int row = u0 + r; ok = row < F && kk < D; src = WuT + (size_t)row * D + kk; }
-      else { const int row = tt * NTH + r - UT; ok = row < M && kk < D; src = X + (size_t)row * D + kk; }
-      sj_cp_async16(sj_smem_addr(st + r * PA + (i & 3) * 16), ok ? src : X, ok ? 16 : 0);
+    const bool kin = k + pc < D;
+    const sj_u32 d = dst0 + stage * A_STAGE;
+#pragma unroll
+    for (int j = 0; j < JW; j++) {
+      const bool ok = kin && ((rows_in >> j) & 1u);
+      sj_cp_async16(d + j * RS * PA, WuT + (ok ? woff + (unsigned)(j * RS * D + k) : 0u), ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const bool ok = kin && ((rows_in >> (JW + j)) & 1u);
+      sj_cp_async16(d + (UT + j * RS) * PA, X + (ok ? xoff0 + (unsigned)(j * RS * D + k) : 0u), ok ? 16 : 0);
     }
   };
   /* this lane's 8 X rows for the B fragments: lanes 0-15 group 0 (k 0-7, k 8-15), 16-31 group 1 */
@@ -159,27 +194,28 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     if (a < b)
       sj_tile_pairs(entries, counts, spill, t, n_tiles, tile0, tile1, F, a, b,
                     [&](int idx, int u, unsigned short bits) {
-                      const int s = g * GQ + pre + idx - lo;
-                      sw[s] = ((unsigned)(off + idx) << 16) | ((unsigned)tl << 12) | (unsigned)u;
-                      sh[s] = bits;
+                      sw[g * GQ + pre + idx - lo] = ((unsigned)bits << 16) | ((unsigned)tl << 12) | (unsigned)u;
                     });
-    const int ng = max(0, min(GQ, gtot - lo));
-    for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
+    const int ng = max(0, min(GQ, gtot - lo)), np = (ng + 15) & ~15;
+    for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
     __syncwarp();
-    sj_slots_spread(sw + g * GQ, sh + g * GQ, bucket, (ng + 15) & ~15, tl);
+    sj_slots_spread(sw + g * GQ, bucket, np, tl);
     if (!__syncthreads_or(ng > 0)) break;             /* every slot is written */
-    /* per m-tile, the staged row this lane addresses for ldmatrix, two 16-bit rows per register
-     * (128 registers at 512 threads leave no room for 16 addresses) */
+    /* m-tiles this round, per group (uniform over the warp, so the loop below branches on them
+     * instead of predicating each ldmatrix and mma) */
     int mt[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) mt[q] = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
+    /* per m-tile, the byte offset in the stage of the row this lane addresses for ldmatrix, two
+     * 16-bit offsets per register (128 registers at 512 threads leave no room for 16) */
     sj_u32 arow[4][2];
     const sj_u32 kof = (lane >> 4) * 16;
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-      mt[q] = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
+    for (int q = 0; q < 4; q++)
 #pragma unroll
       for (int m = 0; m < 4; m += 2)
-        arow[q][m >> 1] = (sw[q * GQ + m * 16 + (lane & 15)] & 0xfffu) | ((sw[q * GQ + (m + 1) * 16 + (lane & 15)] & 0xfffu) << 16);
-    }
+        arow[q][m >> 1] = ((sw[q * GQ + m * 16 + (lane & 15)] & 0xfffu) * PA + kof) |
+                          (((sw[q * GQ + (m + 1) * 16 + (lane & 15)] & 0xfffu) * PA + kof) << 16);
     float acc[4][4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -203,18 +239,17 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
         bx[2][0] = r[0]; bx[2][1] = r[1]; bx[3][0] = r[2]; bx[3][1] = r[3];
 #pragma unroll
         for (int q = 0; q < 4; q++)
-#pragma unroll
-          for (int m = 0; m < 4; m++)
-            if (m < mt[q]) {
-              sj_u32 af[4];
-              const sj_u32 row = (m & 1) ? arow[q][m >> 1] >> 16 : arow[q][m >> 1] & 0xffffu;
-              sj_ldmatrix_x4(af, st + row * PA + kof + ks * 32);
-              sj_mma_16816(acc[q][m], af, bx[q]);
-            }
+          switch (mt[q]) {
+            case 4: sj_up_mtiles<4>(acc[q], arow[q], bx[q], st + ks * 32); break;
+            case 3: sj_up_mtiles<3>(acc[q], arow[q], bx[q], st + ks * 32); break;
+            case 2: sj_up_mtiles<2>(acc[q], arow[q], bx[q], st + ks * 32); break;
+            case 1: sj_up_mtiles<1>(acc[q], arow[q], bx[q], st + ks * 32); break;
+            default: break;
+          }
       }
     }
     sj_cp_async_wait<0>();
-    /* C[slot][token]: keep each slot's product on its own token, times h, rounded to T */
+    /* C[slot][token]: each slot's product on its own token, times h, rounded to T, replaces h */
 #pragma unroll
     for (int q = 0; q < 4; q++)
 #pragma unroll
@@ -224,14 +259,20 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
           for (int c = 0; c < 4; c++) {
             const int s = q * GQ + m * 16 + (lane >> 2) + (c >> 1) * 8;
             const unsigned w = sw[s];
-            const unsigned tok = (w >> 12) & 15u;
-            if (tok == (unsigned)(2 * (lane & 3) + (c & 1))) {
-              const float p = acc[q][m][c] * ${to_f32}((T)sh[s]);
-              const size_t row = (size_t)(tt * NTH + warp * 32 + q * 8 + (int)tok) * F;
-              plist[row + (w >> 16)] = ((unsigned)(u0 + (int)(w & 0xfffu)) << 16) | (unsigned)${from_f32}(p);
+            if (((w >> 12) & 15u) == (unsigned)(2 * (lane & 3) + (c & 1))) {
+              const float p = acc[q][m][c] * ${to_f32}((T)(w >> 16));
+              sw[s] = ((unsigned)${from_f32}(p) << 16) | (w & 0xffffu);
             }
           }
         }
+    __syncwarp();
+    /* the round's slots (np of each group) to the workspace: half a warp per group, 16 bytes a lane */
+#pragma unroll
+    for (int q2 = 0; q2 < 4; q2 += 2) {
+      const int q = q2 + (lane >> 4), s = 4 * (lane & 15), n_q = (lane >> 4) ? tot[q2 + 1] : tot[q2];
+      if (s < ((max(0, min(GQ, n_q - lo)) + 15) & ~15))
+        *(uint4*)(work + SL_OFF + ((size_t)(G0 + q) * NUT + ut) * (8 * UT) + lo + s) = *(const uint4*)(sw + q * GQ + s);
+    }
     __syncthreads();                                  /* the slots and the ring are free again */
   }
 }
@@ -240,22 +281,30 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
 __device__ __forceinline__ sj_u32 sj_slot_p(unsigned w, unsigned n) { return ((w >> 12) & 15u) == n ? (w >> 16) : 0u; }
 
 /* Phase B, item (tt, cb). */
-__device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const int* __restrict__ counts,
-    const T* __restrict__ Wd, const unsigned* plist, OutT* __restrict__ Y, int M, int D, int F)
+__device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const T* __restrict__ Wd,
+    const unsigned* work, OutT* __restrict__ Y, int M, int D, int F)
 {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
-  unsigned* sw = (unsigned*)(smem + 2 * B_STAGE) + warp * 4 * GQ;
-  int* bucket = (int*)(smem + 2 * B_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 32 + g * 8;
-  const int t = tt * NTH + tid, c0 = cb * NCOL, n_tiles = (F + TT - 1) / TT;
-  const int tiles_per_stage = UB / TT;
-  const size_t crow = (size_t)t * n_tiles;
-  const unsigned* list = plist + (size_t)t * F;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned* swb = (unsigned*)(smem + 2 * B_STAGE) + warp * 2 * 4 * GQ;               /* [2][4][GQ] */
+  const int c0 = cb * NCOL, G0 = tt * (NTH / 8) + warp * 4;
+  const unsigned* slots = work + SL_OFF + (size_t)G0 * NUT * (8 * UT);              /* group q: + q * NUT * 8 * UT */
+  /* a stage: the unit tile's Wd rows (64 columns of them) */
   auto load_stage = [&](int ub, int stage) {
     unsigned char* st = smem + stage * B_STAGE;
     for (int i = tid; i < UB * 8; i += NTH) {
       const int r = i >> 3, q = i & 7, row = ub * UB + r, col = c0 + 8 * q;
       const bool ok = row < F && col < D;
       sj_cp_async16(sj_smem_addr(st + r * PB + q * 16), ok ? Wd + (size_t)row * D + col : Wd, ok ? 16 : 0);
+    }
+  };
+  /* a stage's first round of slots, given its counts c (16 bytes per lane and step) */
+  auto load_slots = [&](int ub, int stage, const uint4 c) {
+#pragma unroll
+    for (int q2 = 0; q2 < 4; q2 += 2) {
+      const int q = q2 + (lane >> 4), s = 4 * (lane & 15);
+      const int n_q = (int)((lane >> 4) ? (q2 ? c.w : c.y) : (q2 ? c.z : c.x));
+      if (s < ((min(GQ, n_q) + 15) & ~15))
+        sj_cp_async16(sj_smem_addr(swb + stage * 4 * GQ + q * GQ + s), slots + ((size_t)q * NUT + ub) * (8 * UT) + s, 16);
     }
   };
   float acc[4][4][4];
@@ -267,50 +316,57 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
   const int arow = (lane & 7) + ((lane >> 4) << 3);
   const sj_u32 acol = ((lane >> 3) & 1) * 16;
   const unsigned me = (unsigned)(lane >> 2);
-  int cur = 0;
+  /* the warp's 4 group counts of a stage; those of the next stage are loaded one stage ahead */
+  const uint4* counts = (const uint4*)(work + PL_OFF + G0);
+  const uint4 none = make_uint4(0u, 0u, 0u, 0u);
+  uint4 cnow = __ldcg(counts), cnext = NUB > 1 ? __ldcg(counts + NGP / 4) : none;
   load_stage(0, 0);
+  load_slots(0, 0, cnow);
   sj_cp_async_commit();
   for (int ub = 0; ub < NUB; ub++) {
-    /* this token's pairs in the stage: the counts of its tiles there */
-    int n = 0;
-    if (t < M)
-      for (int tile = ub * tiles_per_stage; tile < min(n_tiles, (ub + 1) * tiles_per_stage); tile++) n += counts[crow + tile];
     sj_cp_async_wait<0>();
     __syncthreads();                                  /* stage ub landed; stage ub - 1 is read by all */
-    if (ub + 1 < NUB) load_stage(ub + 1, (ub + 1) & 1);
+    const int tot[4] = { (int)cnow.x, (int)cnow.y, (int)cnow.z, (int)cnow.w };
+    if (ub + 1 < NUB) {
+      load_stage(ub + 1, (ub + 1) & 1);
+      load_slots(ub + 1, (ub + 1) & 1, cnext);
+    }
     sj_cp_async_commit();
+    cnow = cnext;
+    cnext = ub + 2 < NUB ? __ldcg(counts + (size_t)(ub + 2) * (NGP / 4)) : none;
     const sj_u32 st = sj_smem_addr(smem + (ub & 1) * B_STAGE);
-    int pre, gtot;
-    sj_group_prefix(n, tl, &pre, &gtot);
-    int tot[4];
-#pragma unroll
-    for (int q = 0; q < 4; q++) tot[q] = __shfl_sync(FULL, gtot, 8 * q);
-    const unsigned ubase = (unsigned)(ub * UB);
+    unsigned* sw = swb + (ub & 1) * 4 * GQ;
     for (int lo = 0; lo < max(max(tot[0], tot[1]), max(tot[2], tot[3])); lo += GQ) {
-      /* deal the group's pairs lo .. lo + GQ - 1 (this lane's a .. b - 1) to slots */
-      const int a = max(0, lo - pre), b = min(n, lo + GQ - pre);
-      for (int i = a; i < b; i += 4) {
-        unsigned v[4];
+      if (lo > 0) {
+        /* a round past the first: its slots straight from the workspace */
+        __syncwarp();
 #pragma unroll
-        for (int j = 0; j < 4; j++) v[j] = i + j < b ? __ldcg(list + cur + i + j) : 0u;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-          if (i + j < b) sw[g * GQ + pre + i + j - lo] = (v[j] << 16) | ((unsigned)tl << 12) | ((v[j] >> 16) - ubase);
+        for (int q2 = 0; q2 < 4; q2 += 2) {
+          const int q = q2 + (lane >> 4), s = 4 * (lane & 15), n_q = (lane >> 4) ? tot[q2 + 1] : tot[q2];
+          if (s < ((max(0, min(GQ, n_q - lo)) + 15) & ~15))
+            *(uint4*)(sw + q * GQ + s) = __ldcg((const uint4*)(slots + ((size_t)q * NUT + ub) * (8 * UT) + lo + s));
+        }
+        __syncwarp();
       }
-      const int ng = max(0, min(GQ, gtot - lo));
-      for (int s = ng + tl; s < ((ng + 15) & ~15); s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
-      __syncwarp();
-      sj_slots_spread(sw + g * GQ, nullptr, bucket, (ng + 15) & ~15, tl);
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         const int ks_end = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
+        /* a k-tile's slot words: this lane's 4 for B, and its ldmatrix row; the next k-tile's are
+         * read while this one's mma run */
+        const unsigned* sq = sw + q * GQ;
+        uint2 w0, w1;
+        unsigned wr = 0u;
+        if (ks_end > 0) { w0 = *(const uint2*)(sq + 2 * (lane & 3)); w1 = *(const uint2*)(sq + 8 + 2 * (lane & 3)); wr = sq[arow]; }
         for (int ks = 0; ks < ks_end; ks++) {
-          const unsigned* s16 = sw + q * GQ + ks * 16;
-          const uint2 w0 = *(const uint2*)(s16 + 2 * (lane & 3));
-          const uint2 w1 = *(const uint2*)(s16 + 8 + 2 * (lane & 3));
           const sj_u32 bf[2] = { sj_slot_p(w0.x, me) | (sj_slot_p(w0.y, me) << 16),
                                  sj_slot_p(w1.x, me) | (sj_slot_p(w1.y, me) << 16) };
-          const sj_u32 ra = st + (s16[arow] & 0xfffu) * PB + acol;
+          const sj_u32 ra = st + (wr & 0xfffu) * PB + acol;
+          if (ks + 1 < ks_end) {
+            const unsigned* s16 = sq + (ks + 1) * 16;
+            w0 = *(const uint2*)(s16 + 2 * (lane & 3));
+            w1 = *(const uint2*)(s16 + 8 + 2 * (lane & 3));
+            wr = s16[arow];
+          }
 #pragma unroll
           for (int m = 0; m < 4; m++) {
             sj_u32 af[4];
@@ -319,9 +375,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
           }
         }
       }
-      __syncwarp();                                   /* the slots are read before the next deal */
     }
-    cur += n;
   }
   /* C[column][token] -> Y */
 #pragma unroll
