@@ -4,7 +4,8 @@
  *     also writes the overflow path (true counts, dense spill of tiles over C);
  *   sj_twell_ffn: Y = (H (.) (X . Wu)) . Wd by templates/twell_ffn.lua, which reads the spill of
  *     every tile whose count exceeds C, so overflow stays exact; its ALGO=1 and 2 kernels take a
- *     workspace (counters and pair lists) from the context's scratch buffer.
+ *     workspace (counters and pair lists) from the context's scratch buffer, and ALGO=2 reads X
+ *     and WuT through TMA descriptors.
  * Both check every argument against the problem before anything reaches the GPU. */
 #include <string.h>
 
@@ -48,8 +49,8 @@ sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
     sj_tensor_map map_x, map_w;
     sj_status st;
-    if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, "TMA descriptor of X")) != SJ_OK ||
-        (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, "TMA descriptor of WgT")) != SJ_OK)
+    if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, SJ_TMA_WGMMA, "TMA descriptor of X")) != SJ_OK ||
+        (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, SJ_TMA_WGMMA, "TMA descriptor of WgT")) != SJ_OK)
         return st;
     void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w };
     return rt_launch(ctx, k, args, stream);
@@ -90,13 +91,20 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream)
 {
     sj_devptr work = 0;
-    /* canonical configs sort their names, so ALGO leads; 1 and 2 are the pairs kernels */
-    if (!strncmp(k->config, "ALGO=1,", 7) || !strncmp(k->config, "ALGO=2,", 7)) {
-        sj_status st = rt_scratch(ctx, ffn_pairs_workspace(p), &work);
-        if (st != SJ_OK) return st;
+    sj_status st;
+    /* canonical configs sort their names, so ALGO leads; 1 and 2 are the pairs kernels, and 2
+     * also reads X and WuT through TMA descriptors */
+    int algo2 = !strncmp(k->config, "ALGO=2,", 7);
+    if (algo2 || !strncmp(k->config, "ALGO=1,", 7)) {
+        if ((st = rt_scratch(ctx, ffn_pairs_workspace(p), &work)) != SJ_OK) return st;
     }
     int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work };
+    sj_tensor_map map_x, map_wu;
+    if (algo2 && ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->n, SJ_TMA_ROWS32, "TMA descriptor of X")) != SJ_OK ||
+                  (st = rt_tensor_map_rows(ctx, &map_wu, WuT, p->d_ff, p->n, SJ_TMA_ROWS32, "TMA descriptor of WuT")) != SJ_OK))
+        return st;
+    /* the launch reads as many arguments as the kernel declares: ALGO 0 and 1 stop at work */
+    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work, &map_x, &map_wu };
     return rt_launch(ctx, k, args, stream);
 }

@@ -56,13 +56,14 @@ double rt_seconds(void);
 sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment);
 
 /* A TMA descriptor (CUtensorMap: 128 bytes, 64-byte aligned), passed by value to kernels. */
-#define SJ_TMA_BOX 64
 typedef struct sj_tensor_map { _Alignas(64) unsigned long long opaque[16]; } sj_tensor_map;
-/* The descriptor of a row-major rows x cols 16-bit matrix at base, boxes of SJ_TMA_BOX rows x
- * SJ_TMA_BOX columns, 128-byte swizzle, zero fill (tensor_map.c); zeros unless the context's
- * arch is sm_90a. */
+/* The box and swizzle a kernel reads a matrix with (tensor_map.c): 64 x 64 elements swizzled
+ * by 128 bytes (wgmma operands), or 256 rows x 32 elements swizzled by 64 bytes (row gathers). */
+typedef enum sj_tma_shape { SJ_TMA_WGMMA, SJ_TMA_ROWS32 } sj_tma_shape;
+/* The descriptor of a row-major rows x cols 16-bit matrix at base in boxes of the given shape,
+ * zero fill (tensor_map.c); zeros unless the context's arch is sm_90a. */
 sj_status rt_tensor_map_rows(sj_context *ctx, sj_tensor_map *map, sj_devptr base, int64_t rows, int64_t cols,
-                             const char *what);
+                             sj_tma_shape shape, const char *what);
 /* Launches a twell-gate kernel with its ABI (X, WgT, H, M, N, K, and the TMA descriptors of X
  * and WgT): sj_twell_gate and the tuner's harness share it. */
 sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,

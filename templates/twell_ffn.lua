@@ -207,7 +207,8 @@ local function generate_pairs(problem, cfg, dt, ot)
                             problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
                             cfg.SLOTS, cfg.STAGES)
   return {
-    source = cuda.prelude(problem.dtype) .. tw.format_c .. pairs_algo.render(env), entry = env.entry,
+    source = cuda.prelude(problem.dtype) .. (cfg.ALGO == 2 and cuda.hopper() or "") .. tw.format_c .. pairs_algo.render(env),
+    entry = env.entry,
     grid = { g.items, 1, 1 }, block = { g.NTH, 1, 1 }, shared = g.smem,
   }
 end

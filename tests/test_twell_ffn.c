@@ -255,8 +255,7 @@ static void test_defaults_compile(void **state)
     compile_ok(ctx80, &ps[2], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=16,UT=1024,SLOTS=16,STAGES=2");
     compile_ok(ctx80, &ps[3], "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,WARPS=8,UT=256,SLOTS=32,STAGES=2");
     compile_ok(ctx90, &ps[2], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=2");
-    compile_ok(ctx80, &ps[2], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
-    compile_ok(ctx80, &ps[3], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
+    compile_ok(ctx90, &ps[3], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
     compile_ok(ctx90, &ps[4], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=256,STAGES=3");
     /* the mma.sync gate on sm_90a too */
     compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
@@ -355,6 +354,7 @@ static void test_sass(void **state)
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32 + 16);
     assert_true(count(s, "LDSM.16.MT88.4") >= 4);      /* the down product's Wd rows, transposed */
     assert_true(count(s, "LDSM.16.M88.4") >= 16 + 2);  /* the up product's WuT rows and X fragments */
+    assert_true(count(s, "UTMALDG.2D") >= 2);          /* the up slices' WuT and X boxes, by TMA */
     assert_true(count(s, "FFMA") < 64);                /* no CUDA-core product left */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
@@ -402,8 +402,9 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=1,ROUND=16384,UCAP=512,STAGES=4,PIPE=0,PERSIST=2", "PERSIST must be 0 or 1");
     expect_invalid(ctx90, &ffn, "ALGO=3", "ALGO must be 0");
     expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=32,WARPS=16,UT=512,STAGES=2", "SLOTS=16");
+    expect_invalid(ctx80, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2", "needs sm_90a");
     expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=1024,STAGES=2", "UT=256 or 512");
-    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3", "shared memory");
+    expect_invalid(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=4", "shared memory");
     expect_invalid(ctx90, &ffn, "ALGO=2,NT=2,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=2", "ALGO=2 takes PIPE=0");
     sj_problem ragged = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 77, 264, 1000, 64, 8);
     expect_invalid(ctx90, &ragged, "WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=2,PIPE=1", "multiple of 64");

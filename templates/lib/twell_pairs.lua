@@ -342,9 +342,19 @@ __device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
     const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
+$ if ALGO == 2 then
+    OutT* __restrict__ Y, int M, int D, int F, unsigned* work,
+    const __grid_constant__ sj_tensor_map tm_x, const __grid_constant__ sj_tensor_map tm_wu)
+{
+  /* X and WuT arrive through the descriptors; the up stages are 1024-byte aligned by hand (TMA
+   * swizzles from absolute shared-memory address bits) */
+  extern __shared__ __align__(128) unsigned char sj_smem_raw[];
+  unsigned char* smem = sj_smem_raw + ((1024 - (sj_smem_addr(sj_smem_raw) & 1023)) & 1023);
+$ else
     OutT* __restrict__ Y, int M, int D, int F, unsigned* work)
 {
   extern __shared__ __align__(16) unsigned char smem[];
+$ end
   __shared__ int item_s;
   unsigned* done = work + 2;
 $ if ALGO ~= 2 then
@@ -356,7 +366,7 @@ $ end
   if (item < NTT * NUT) {
     const int tt = item / NUT, ut = item % NUT;
 $ if ALGO == 2 then
-    sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, work, M, D, F);
+    sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu);
 $ else
     sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, plist, M, D, F);
 $ end

@@ -19,8 +19,10 @@
 -- slots, p included, to the workspace, and the down items read them as they are: a down stage is
 -- a unit tile (UB = UT), so they never deal again (the 64 column blocks of a token tile would
 -- each deal the same slots).
---   up (SDDMM), item (token tile, UT units): the tile's WuT rows and the 512 tokens' X rows are
---     streamed through shared memory in KC-element slices; A = gathered WuT rows (slots x k),
+--   up (SDDMM), item (token tile, UT units): the tile's WuT rows and the NTH tokens' X rows are
+--     streamed through shared memory in KC-element slices by TMA (sm_90a: 256-row boxes,
+--     64-byte swizzle, one thread issues them; per-thread cp.async wrote shared memory in ~3x
+--     the passes its bytes need, and shared memory is what bounds this kernel); A = gathered WuT rows (slots x k),
 --     B = X^T of the group (k x 8 tokens), C = U^T; at the end each slot's product on its own
 --     token, times h, goes to the token's pair list. Rounds past the first (a group with more
 --     than GQ pairs in the tile) stream the slice sequence again.
@@ -39,8 +41,8 @@ local tw = require "lib.twell_common"
 
 local M = {}
 
-M.KC = 32            -- d_model elements per up slice: 64 bytes of a row, 4 cp.async pieces
-M.PA = 80            -- staged row pitch, up: 5 x 16 bytes, so 8 consecutive rows hit 8 bank groups
+M.KC = 32            -- d_model elements per up slice: 64 bytes of a row, one TMA box wide
+M.BOX = 256          -- rows per TMA box (runtime/tensor_map.c, SJ_TMA_ROWS32)
 M.NCOL = 64          -- output columns per down item
 M.PB = 144           -- staged row pitch, down: 9 x 16 bytes
 M.GQ = 64            -- slots per group and round
@@ -48,24 +50,29 @@ M.GQ = 64            -- slots per group and round
 -- Adds ALGO=2's sizes to lib/twell_pairs.lua's geometry g.
 function M.geometry(g, problem, cfg)
   local nw = cfg.WARPS
-  g.KC, g.PA, g.PB, g.GQ, g.NCOL, g.UB = M.KC, M.PA, M.PB, M.GQ, M.NCOL, cfg.UT
+  g.KC, g.PB, g.GQ, g.NCOL, g.UB, g.BOX = M.KC, M.PB, M.GQ, M.NCOL, cfg.UT, M.BOX
   g.NKC = tw.cdiv(g.D, M.KC)
   g.NCB = tw.cdiv(g.D, M.NCOL)
   g.NUB = g.NUT
   g.NGP = g.NTT * g.NTH // 8
   g.SL_OFF = g.PL_OFF + tw.cdiv(g.NGP * g.NUT, 64) * 64
-  g.A_STAGE = (cfg.UT + g.NTH) * M.PA
-  g.A_SMEM = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 128)   -- + slot words, sort buckets
+  g.A_STAGE = (cfg.UT + g.NTH) * M.KC * 2
+  g.A_BAR = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 128)    -- after the slot words, sort buckets
+  g.A_SMEM = g.A_BAR + 8 * cfg.STAGES                               -- + a full barrier per stage
   g.B_STAGE = cfg.UT * M.PB
   g.B_SMEM = 2 * g.B_STAGE + nw * 2 * 4 * M.GQ * 4                -- + slots, twice
-  g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
+  g.smem = math.max(g.A_SMEM, g.B_SMEM) + 1024      -- + 1024: the base is aligned by hand (swizzle)
   g.items = g.NTT * (g.NUT + g.NCB)
 end
 
 function M.valid(problem, cfg)
-  -- UT = 512 keeps a staged row's byte offset (row * PA) in 16 bits, and a unit tile's Wd rows
+  -- UT = 512 keeps a staged row's byte offset (row * 64) in 16 bits, and a unit tile's Wd rows
   -- (UT * PB bytes, twice) in shared memory.
+  if problem.arch ~= "sm_90a" then
+    return false, "ALGO=2 (TMA, mbarriers) needs sm_90a, the target is " .. tostring(problem.arch)
+  end
   if not tw.member({ 256, 512 }, cfg.UT) then return false, "ALGO=2 takes UT=256 or 512" end
+  if (cfg.WARPS * 32) % M.BOX ~= 0 then return false, "ALGO=2 takes WARPS=8 or 16 (tokens per tile a multiple of 256)" end
   if problem.M * problem.N >= 1 << 31 or problem.DFF * problem.N >= 1 << 31 then
     return false, "ALGO=2 needs tokens x d_model and d_ff x d_model below 2^31 (32-bit offsets)"
   end
@@ -75,7 +82,8 @@ end
 
 function M.render(env) return emit.render(here(), [[
 #define KC ${KC}
-#define PA ${PA}
+#define BOX ${BOX}
+#define A_BAR ${A_BAR}
 #define PB ${PB}
 #define GQ ${GQ}
 #define NCOL ${NCOL}
@@ -125,29 +133,40 @@ __device__ __forceinline__ void sj_slots_spread(unsigned* sw, int* bucket, int n
 }
 
 /* One k-step of a group's first N m-tiles in the up product (N is uniform over the warp, so
- * this is a branch, not N predicates). arow: the gathered rows' byte offsets in the stage, two
- * per register; b: the group's B fragment; st: the stage and k-step. */
+ * this is a branch, not N predicates). arow: the gathered rows' byte offsets in the stage at
+ * k-step 0, two per register; b: the group's B fragment; st: the stage; kx: the k-step's 32
+ * bytes, XORed into the offsets (the swizzle, sj_sw64). */
 template <int N>
-__device__ __forceinline__ void sj_up_mtiles(float acc[4][4], const sj_u32 arow[2], const sj_u32 b[2], sj_u32 st) {
+__device__ __forceinline__ void sj_up_mtiles(float acc[4][4], const sj_u32 arow[2], const sj_u32 b[2], sj_u32 st, sj_u32 kx) {
   sj_u32 af[N][4];
 #pragma unroll
-  for (int m = 0; m < N; m++) sj_ldmatrix_x4(af[m], st + ((m & 1) ? arow[m >> 1] >> 16 : arow[m >> 1] & 0xffffu));
+  for (int m = 0; m < N; m++) sj_ldmatrix_x4(af[m], st + (((m & 1) ? arow[m >> 1] >> 16 : arow[m >> 1] & 0xffffu) ^ kx));
 #pragma unroll
   for (int m = 0; m < N; m++) sj_mma_16816(acc[m], af[m], b);
 }
 
+/* Byte offset of 16-byte chunk c of row r in a stage: TMA's 64-byte swizzle (rows of 64 bytes,
+ * the chunk index XORed with bits 1-2 of the row, from a 512-byte aligned base), so 8 rows with
+ * distinct r & 7 put the same chunk in 8 different bank groups. */
+__device__ __forceinline__ sj_u32 sj_sw64(int r, int c) { return (sj_u32)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
+
 /* Phase A, item (tt, ut). */
-__device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const T* __restrict__ X,
-    const unsigned* __restrict__ entries, const int* __restrict__ counts, const T* __restrict__ spill,
-    const T* __restrict__ WuT, unsigned* work, int M, int D, int F)
+__device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const unsigned* __restrict__ entries,
+    const int* __restrict__ counts, const T* __restrict__ spill, unsigned* work, int M, int D, int F,
+    const sj_tensor_map* tm_x, const sj_tensor_map* tm_wu)
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned char* ring = smem;
   unsigned* sw = (unsigned*)(smem + STAGES * A_STAGE) + warp * 4 * GQ;                 /* [4][GQ] */
   int* bucket = (int*)(smem + STAGES * A_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 32 + g * 8;
+  const sj_u32 full = sj_smem_addr(smem + A_BAR);     /* full[s]: slice in stage s landed (TMA bytes) */
   const int t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
   const int tile1 = min(n_tiles, tile0 + UTT);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) sj_mbar_init(full + 8 * s, 1);
+    sj_mbar_fence_init();
+  }
   const int n = sj_tile_count(counts, t, M, n_tiles, tile0, tile1);
   int pre, gtot;
   sj_group_prefix(n, tl, &pre, &gtot);
@@ -156,38 +175,23 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   for (int q = 0; q < 4; q++) tot[q] = __shfl_sync(FULL, gtot, 8 * q);
   const int G0 = tt * (NTH / 8) + warp * 4;                                          /* the warp's first group */
   if (tl == 0) work[PL_OFF + ut * NGP + G0 + g] = (unsigned)gtot;
-  /* A slice is UT WuT rows, then the tile's NTH X rows, 4 pieces of 16 bytes each. Thread tid
-   * copies piece tid & 3 of rows pr + j * NTH / 4: JW rows of WuT, 4 of X. A warp's 8 rows are
-   * taken in the order 0 4 1 5 2 6 3 7 so that each quarter warp (8 pieces, one shared-memory
-   * pass of 16-byte stores) writes rows r and r + 4, i.e. 8 different bank groups at pitch PA. */
-  constexpr int JW = 4 * UT / NTH, RS = NTH / 4;
-  const int pr = warp * 8 + (lane >> 3) + 4 * ((lane >> 2) & 1), pc = (lane & 3) * 8;
-  /* 32-bit element offsets (valid() keeps both matrices under 2^31 elements): fewer registers
-   * live across the slice loop */
-  const unsigned woff = (unsigned)(u0 + pr) * (unsigned)D + pc, xoff0 = (unsigned)(tt * NTH + pr) * (unsigned)D + pc;
-  unsigned rows_in = 0;                                   /* bit j: row j of this thread exists */
+  /* A slice is UT WuT rows, then the tile's NTH X rows, KC elements each, in boxes of BOX rows;
+   * rows past F or M and columns past D arrive as zeros (and count in the bytes). Slices are
+   * numbered across rounds (it), which gives each its stage and barrier phase. */
+  auto load_slice = [&](int kc, int it) {
+    const int stage = it % STAGES;
+    const sj_u32 st = sj_smem_addr(ring + stage * A_STAGE), bar = full + 8 * stage;
+    sj_mbar_expect_tx(bar, A_STAGE);
 #pragma unroll
-  for (int j = 0; j < JW; j++) if (u0 + pr + j * RS < F) rows_in |= 1u << j;
+    for (int i = 0; i < UT / BOX; i++) sj_tma_load_2d(st + i * BOX * KC * 2, tm_wu, kc * KC, u0 + i * BOX, bar);
 #pragma unroll
-  for (int j = 0; j < 4; j++) if (tt * NTH + pr + j * RS < M) rows_in |= 1u << (JW + j);
-  const sj_u32 dst0 = sj_smem_addr(ring) + pr * PA + (lane & 3) * 16;
-  auto load_slice = [&](int kc, int stage) {
-    const int k = kc * KC;
-    const bool kin = k + pc < D;
-    const sj_u32 d = dst0 + stage * A_STAGE;
-#pragma unroll
-    for (int j = 0; j < JW; j++) {
-      const bool ok = kin && ((rows_in >> j) & 1u);
-      sj_cp_async16(d + j * RS * PA, WuT + (ok ? woff + (unsigned)(j * RS * D + k) : 0u), ok ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const bool ok = kin && ((rows_in >> (JW + j)) & 1u);
-      sj_cp_async16(d + (UT + j * RS) * PA, X + (ok ? xoff0 + (unsigned)(j * RS * D + k) : 0u), ok ? 16 : 0);
-    }
+    for (int i = 0; i < NTH / BOX; i++) sj_tma_load_2d(st + (UT + i * BOX) * KC * 2, tm_x, kc * KC, tt * NTH + i * BOX, bar);
   };
-  /* this lane's 8 X rows for the B fragments: lanes 0-15 group 0 (k 0-7, k 8-15), 16-31 group 1 */
-  const sj_u32 xoff = (UT + warp * 32 + (lane & 7) + ((lane >> 4) << 3)) * PA + ((lane >> 3) & 1) * 16;
+  /* this lane's 8 X rows for the B fragments: lanes 0-15 group 0 (k 0-7, k 8-15), 16-31 group 1;
+   * group 2 and 3's rows are 16 further on, which keeps their swizzle (k-step 1: ^ 32) */
+  const sj_u32 xoff = sj_sw64(UT + warp * 32 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  int it = 0;                                          /* slices consumed in earlier rounds */
+  __syncthreads();                                     /* the barriers are initialised */
   for (int lo = 0;; lo += GQ) {
     /* deal the group's pairs lo .. lo + GQ - 1 to slots: this lane's pairs a .. b - 1 */
     const int a = max(0, lo - pre), b = min(n, lo + GQ - pre);
@@ -206,49 +210,47 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     int mt[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) mt[q] = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
-    /* per m-tile, the byte offset in the stage of the row this lane addresses for ldmatrix, two
+    /* per m-tile, the byte offset (k-step 0) of the row this lane addresses for ldmatrix, two
      * 16-bit offsets per register (128 registers at 512 threads leave no room for 16) */
     sj_u32 arow[4][2];
-    const sj_u32 kof = (lane >> 4) * 16;
 #pragma unroll
     for (int q = 0; q < 4; q++)
 #pragma unroll
       for (int m = 0; m < 4; m += 2)
-        arow[q][m >> 1] = ((sw[q * GQ + m * 16 + (lane & 15)] & 0xfffu) * PA + kof) |
-                          (((sw[q * GQ + (m + 1) * 16 + (lane & 15)] & 0xfffu) * PA + kof) << 16);
+        arow[q][m >> 1] = sj_sw64((int)(sw[q * GQ + m * 16 + (lane & 15)] & 0xfffu), lane >> 4) |
+                          (sj_sw64((int)(sw[q * GQ + (m + 1) * 16 + (lane & 15)] & 0xfffu), lane >> 4) << 16);
     float acc[4][4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
 #pragma unroll
       for (int m = 0; m < 4; m++) acc[q][m][0] = acc[q][m][1] = acc[q][m][2] = acc[q][m][3] = 0.f;
 
+    if (tid == 0)
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) { if (s < NKC) load_slice(s, s); sj_cp_async_commit(); }
-    for (int kc = 0; kc < NKC; kc++) {
-      sj_cp_async_wait<STAGES - 2>();
+      for (int s = 0; s < STAGES - 1; s++) if (s < NKC) load_slice(s, it + s);
+    for (int kc = 0; kc < NKC; kc++, it++) {
+      sj_mbar_wait(full + 8 * (it % STAGES), (sj_u32)((it / STAGES) & 1));
       __syncthreads();                                /* slice kc landed; slice kc - 1 is read by all */
-      if (kc + STAGES - 1 < NKC) load_slice(kc + STAGES - 1, (kc + STAGES - 1) % STAGES);
-      sj_cp_async_commit();
-      const sj_u32 st = sj_smem_addr(ring + (kc % STAGES) * A_STAGE);
+      if (tid == 0 && kc + STAGES - 1 < NKC) load_slice(kc + STAGES - 1, it + STAGES - 1);
+      const sj_u32 st = sj_smem_addr(ring + (it % STAGES) * A_STAGE);
 #pragma unroll
       for (int ks = 0; ks < KC / 16; ks++) {
         sj_u32 bx[4][2], r[4];
-        sj_ldmatrix_x4(r, st + xoff + ks * 32);
+        sj_ldmatrix_x4(r, st + (xoff ^ (ks * 32)));
         bx[0][0] = r[0]; bx[0][1] = r[1]; bx[1][0] = r[2]; bx[1][1] = r[3];
-        sj_ldmatrix_x4(r, st + xoff + 16 * PA + ks * 32);
+        sj_ldmatrix_x4(r, st + 16 * KC * 2 + (xoff ^ (ks * 32)));
         bx[2][0] = r[0]; bx[2][1] = r[1]; bx[3][0] = r[2]; bx[3][1] = r[3];
 #pragma unroll
         for (int q = 0; q < 4; q++)
           switch (mt[q]) {
-            case 4: sj_up_mtiles<4>(acc[q], arow[q], bx[q], st + ks * 32); break;
-            case 3: sj_up_mtiles<3>(acc[q], arow[q], bx[q], st + ks * 32); break;
-            case 2: sj_up_mtiles<2>(acc[q], arow[q], bx[q], st + ks * 32); break;
-            case 1: sj_up_mtiles<1>(acc[q], arow[q], bx[q], st + ks * 32); break;
+            case 4: sj_up_mtiles<4>(acc[q], arow[q], bx[q], st, ks * 32); break;
+            case 3: sj_up_mtiles<3>(acc[q], arow[q], bx[q], st, ks * 32); break;
+            case 2: sj_up_mtiles<2>(acc[q], arow[q], bx[q], st, ks * 32); break;
+            case 1: sj_up_mtiles<1>(acc[q], arow[q], bx[q], st, ks * 32); break;
             default: break;
           }
       }
     }
-    sj_cp_async_wait<0>();
     /* C[slot][token]: each slot's product on its own token, times h, rounded to T, replaces h */
 #pragma unroll
     for (int q = 0; q < 4; q++)
