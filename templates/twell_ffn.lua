@@ -156,17 +156,17 @@ local DEFAULTS = {
 }
 
 -- The pairs kernel on tensor cores where bench/RESULTS.md measured it ahead of the token blocks:
--- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, one run: 0.15x vs 0.11x at 90%, 0.27x vs
--- 0.18x at 95%, 0.79x vs 0.61x at 99%; 2048 / 5632: 0.81x vs 0.57x at 99%), when its up items
--- fill the GPU (at 2048 tokens, 2048 / 5632, 44 items on 132 SMs, it lost: 0.52x vs 0.59x with
--- 8 warps). Past 99.5% the token blocks' union of active units is small and they win (1.85x vs
--- 1.13x at 99.9%). An unspecified sparsity keeps the token blocks.
+-- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, ninth session: 1.18x at 99%, 0.39x at
+-- 95%, against 0.61x and 0.18x for the token blocks), with unit tiles of 512 and 3 stages
+-- (ahead of 2 stages and of 256-unit tiles at both), when its up items fill the GPU (at 2048
+-- tokens, 2048 / 5632, 44 items on 132 SMs, it lost: 0.52x vs 0.59x). Past 99.5% the token
+-- blocks' union of active units is small and they win (1.85x vs 1.57x at 99.9%). An unspecified
+-- sparsity keeps the token blocks, and so does a target without TMA (ALGO=2 is sm_90a only).
 local function default_pairs(problem)
   local s = problem.SPARSITY
   if not (s >= 0.9 and s < 0.995) then return nil end
-  local cfg = { WARPS = 16, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 2, PIPE = 0, PERSIST = 0, ALGO = 2,
-                UT = s >= 0.98 and 512 or 256, SLOTS = 16 }
-  if cfg.UT == 256 then cfg.STAGES = 3 end   -- the smaller unit tile leaves room for a third slice
+  local cfg = { WARPS = 16, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 3, PIPE = 0, PERSIST = 0, ALGO = 2,
+                UT = 512, SLOTS = 16 }
   if not valid(problem, cfg) then return nil end
   local g = pairs_algo.geometry(problem, cfg)
   if g.NTT * g.NUT < (problem.SMS > 0 and problem.SMS or 132) then return nil end

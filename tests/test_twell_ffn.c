@@ -431,10 +431,13 @@ static void test_default_follows_sparsity(void **state)
         if (tu_config_value(g->config, "ALGO") != cases[i].algo)
             fail_msg("%lld tokens, d_ff %lld, sparsity %g: default %s, expected ALGO=%d", (long long)cases[i].M,
                      (long long)cases[i].F, cases[i].sparsity, g->config, cases[i].algo);
-        if (cases[i].algo == 2) assert_int_equal(tu_config_value(g->config, "UT"), cases[i].sparsity >= 0.98 ? 512 : 256);
+        if (cases[i].algo == 2) {
+            assert_int_equal(tu_config_value(g->config, "UT"), 512);
+            assert_int_equal(tu_config_value(g->config, "STAGES"), 3);
+        }
         sj_generated_free(g);
     }
-    /* on sm_80 its configs exceed the shared memory: the token blocks */
+    /* on sm_80 (no TMA) the token blocks */
     sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 8192, 4096, 11008, 128, 16);
     p.twell_sparsity = 0.99;
     sj_generated *g = NULL;

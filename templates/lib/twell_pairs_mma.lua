@@ -14,8 +14,8 @@
 -- The up item deals a group's pairs in its unit tile to slots in rounds of GQ (4 m-tiles of 16);
 -- a slot is a 32-bit word (value bits << 16) | (token in group << 12) | unit in the unit tile,
 -- the value being h while the up product runs and p = h * u once it is done; padding slots name
--- token 8 (no token) and rows 0-7 in turn (any row will do: their products are dropped or zero;
--- these spread over the bank groups, see sj_slots_spread). The up item then writes the group's
+-- token 8 (no token) and one of rows 0-7 (any row will do: their products are dropped or zero;
+-- sj_slots_spread picks the rows that balance the bank groups). The up item then writes the group's
 -- slots, p included, to the workspace, and the down items read them as they are: a down stage is
 -- a unit tile (UB = UT), so they never deal again (the 64 column blocks of a token tile would
 -- each deal the same slots).
@@ -100,35 +100,45 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
   *total = __shfl_sync(FULL, incl, 7, 8);
 }
 
-/* Deals the np (a multiple of 16) slots of this lane's group anew so that each 8-slot block of
- * an m-tile holds rows with distinct row & 7 where it can. Why: ldmatrix reads a block's 8 rows
- * in one pass only if they fall in 8 different 16-byte bank groups, which for a row pitch of an
- * odd number of 16-byte pieces (PA and PB both) means distinct row & 7; gathered rows are
- * random, and 8 random rows take 2.6 passes on average. The slots are sorted by row & 7 (a
- * counting sort through smem counters; ties in any order) and sorted slot i goes to block
- * i % nb, place i / nb, so a block's 8 slots are nb apart in that order. */
-__device__ __forceinline__ void sj_slots_spread(unsigned* sw, int* bucket, int np, int tl) {
+/* Deals the group's ng slots and np - ng padding slots (np a multiple of 16) anew so that each
+ * 8-slot block of an m-tile holds rows with distinct row & 7 where it can. Why: ldmatrix reads a
+ * block's 8 rows in one pass only if they fall in 8 different 16-byte bank groups, which for the
+ * staged layouts (the up stages' 64-byte swizzle, the down stages' pitch of 9 x 16 bytes) means
+ * distinct row & 7; gathered rows are random, and 8 random rows take 2.6 passes on average. The
+ * padding slots take the residues that have fewer than np / 8 slots (a padding row may be any
+ * row), then all are sorted by residue (a counting sort through smem counters; ties in any
+ * order) and sorted slot i goes to block i % nb, place i / nb, so a block's 8 slots are nb
+ * apart in that order: 1.5 passes per block at 41 pairs, 1.8 with padding at fixed residues. */
+__device__ __forceinline__ void sj_slots_spread(unsigned* sw, int* bucket, int ng, int np, int tl) {
   const int nb = np >> 3;
   unsigned w[8];
   int rank[8];
-  if (tl < 8) bucket[tl] = 0;
+  bucket[tl] = 0;
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < nb) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&bucket[w[j] & 7u], 1); }
+    if (j < nb && tl + 8 * j < ng) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&bucket[w[j] & 7u], 1); }
   __syncwarp();
-  int start[8], run = 0;
-#pragma unroll
-  for (int r = 0; r < 8; r++) { start[r] = run; run += bucket[r]; }
+  /* lane tl owns residue tl: its count, its padding slots (filling the deficits in residue
+   * order), and where its slots start in the sorted order */
+  const int c = bucket[tl];
+  int dpre, dtot, start, total;
+  sj_group_prefix(max(0, nb - c), tl, &dpre, &dtot);
+  const int pads = max(0, min(nb - c, np - ng - dpre));
+  sj_group_prefix(c + pads, tl, &start, &total);
+  __syncwarp();
+  bucket[tl] = start;
+  __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < nb) {
-      const int r = (int)(w[j] & 7u);
-      int i = rank[j];
-#pragma unroll
-      for (int q = 0; q < 8; q++) if (q == r) i += start[q];
+    if (j < nb && tl + 8 * j < ng) {
+      const int i = bucket[w[j] & 7u] + rank[j];
       sw[(i % nb) * 8 + i / nb] = w[j];
     }
+  for (int p = 0; p < pads; p++) {
+    const int i = start + c + p;
+    sw[(i % nb) * 8 + i / nb] = (8u << 12) | (unsigned)tl;
+  }
   __syncwarp();
 }
 
@@ -203,7 +213,7 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     const int ng = max(0, min(GQ, gtot - lo)), np = (ng + 15) & ~15;
     for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
     __syncwarp();
-    sj_slots_spread(sw + g * GQ, bucket, np, tl);
+    sj_slots_spread(sw + g * GQ, bucket, ng, np, tl);
     if (!__syncthreads_or(ng > 0)) break;             /* every slot is written */
     /* m-tiles this round, per group (uniform over the warp, so the loop below branches on them
      * instead of predicating each ldmatrix and mma) */
