@@ -4,8 +4,8 @@
  *     also writes the overflow path (true counts, dense spill of tiles over C);
  *   sj_twell_ffn: Y = (H (.) (X . Wu)) . Wd by templates/twell_ffn.lua, which reads the spill of
  *     every tile whose count exceeds C, so overflow stays exact; its ALGO=1 and 2 kernels take a
- *     workspace (counters and pair lists) from the context's scratch buffer, and ALGO=2 reads X
- *     and WuT through TMA descriptors.
+ *     workspace (counters and pair lists) from the context's scratch buffer, and ALGO=2 reads X,
+ *     WuT and Wd through TMA descriptors.
  * Both check every argument against the problem before anything reaches the GPU. */
 #include <string.h>
 
@@ -93,18 +93,19 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
     sj_devptr work = 0;
     sj_status st;
     /* canonical configs sort their names, so ALGO leads; 1 and 2 are the pairs kernels, and 2
-     * also reads X and WuT through TMA descriptors */
+     * also reads X, WuT and Wd through TMA descriptors */
     int algo2 = !strncmp(k->config, "ALGO=2,", 7);
     if (algo2 || !strncmp(k->config, "ALGO=1,", 7)) {
         if ((st = rt_scratch(ctx, ffn_pairs_workspace(p), &work)) != SJ_OK) return st;
     }
     int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    sj_tensor_map map_x, map_wu;
+    sj_tensor_map map_x, map_wu, map_wd;
     if (algo2 && ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->n, SJ_TMA_ROWS32, "TMA descriptor of X")) != SJ_OK ||
-                  (st = rt_tensor_map_rows(ctx, &map_wu, WuT, p->d_ff, p->n, SJ_TMA_ROWS32, "TMA descriptor of WuT")) != SJ_OK))
+                  (st = rt_tensor_map_rows(ctx, &map_wu, WuT, p->d_ff, p->n, SJ_TMA_ROWS32, "TMA descriptor of WuT")) != SJ_OK ||
+                  (st = rt_tensor_map_rows(ctx, &map_wd, Wd, p->d_ff, p->n, SJ_TMA_WGMMA, "TMA descriptor of Wd")) != SJ_OK))
         return st;
     /* the launch reads as many arguments as the kernel declares: ALGO 0 and 1 stop at work */
-    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work, &map_x, &map_wu };
+    void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work, &map_x, &map_wu, &map_wd };
     return rt_launch(ctx, k, args, stream);
 }

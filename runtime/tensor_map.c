@@ -2,7 +2,8 @@
  * templates ask for (templates/README.md), both over a row-major rows x cols matrix of 16-bit
  * elements with out-of-range elements arriving as zeros, so ragged shapes need no masking:
  *   SJ_TMA_WGMMA: boxes of 64 rows x 64 columns (128 bytes), 128-byte swizzle, the layout
- *     wgmma's K-major descriptors read (the gate; a tile of BM rows is BM/64 loads);
+ *     wgmma's K-major descriptors read (the gate; a tile of BM rows is BM/64 loads), also
+ *     the FFN pairs kernel's 64-column Wd stages;
  *   SJ_TMA_ROWS32: boxes of 256 rows x 32 columns (64 bytes), 64-byte swizzle, for kernels
  *     that gather single rows with ldmatrix (the FFN's pairs kernel): the swizzle puts 8
  *     consecutive rows' same 16 bytes in 8 different bank groups.
@@ -14,7 +15,7 @@
 
 #include <string.h>
 
-#define MEMO_SLOTS 8   /* the gate and the FFN read two matrices each; room for two problems in turn */
+#define MEMO_SLOTS 8   /* the gate reads two matrices and the FFN three; room for both in turn */
 
 typedef struct memo_entry {
     sj_devptr base;

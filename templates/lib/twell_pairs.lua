@@ -344,9 +344,10 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
 $ if ALGO == 2 then
     OutT* __restrict__ Y, int M, int D, int F, unsigned* work,
-    const __grid_constant__ sj_tensor_map tm_x, const __grid_constant__ sj_tensor_map tm_wu)
+    const __grid_constant__ sj_tensor_map tm_x, const __grid_constant__ sj_tensor_map tm_wu,
+    const __grid_constant__ sj_tensor_map tm_wd)
 {
-  /* X and WuT arrive through the descriptors; the up stages are 1024-byte aligned by hand (TMA
+  /* X, WuT and Wd arrive through the descriptors; the stages are 1024-byte aligned by hand (TMA
    * swizzles from absolute shared-memory address bits) */
   extern __shared__ __align__(128) unsigned char sj_smem_raw[];
   unsigned char* smem = sj_smem_raw + ((1024 - (sj_smem_addr(sj_smem_raw) & 1023)) & 1023);
@@ -378,7 +379,7 @@ $ end
     if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
     __syncthreads();
 $ if ALGO == 2 then
-    sj_pairs_down(smem, tt, cb, Wd, work, Y, M, D, F);
+    sj_pairs_down(smem, tt, cb, &tm_wd, work, Y, M, D, F);
 $ else
     sj_pairs_down(smem, tt, cb, counts, Wd, plist, Y, M, D, F);
 $ end

@@ -26,8 +26,8 @@
 --     B = X^T of the group (k x 8 tokens), C = U^T; at the end each slot's product on its own
 --     token, times h, goes to the token's pair list. Rounds past the first (a group with more
 --     than GQ pairs in the tile) stream the slice sequence again.
---   down (SpMM), item (token tile, 64 output columns): Wd rows are staged a unit tile at a time,
---     with the tile's slots and counts; A = Wd[slot rows, columns]^T via ldmatrix.trans (64
+--   down (SpMM), item (token tile, 64 output columns): Wd rows are staged a unit tile at a time
+--     by TMA (64-row boxes, 128-byte swizzle), with the tile's slots (cp.async) and counts; A = Wd[slot rows, columns]^T via ldmatrix.trans (64
 --     columns = 4 m-tiles), B = P^T built in registers from the slot words (p where the slot's
 --     token is the column's, else 0), C = Y^T accumulated over all of d_ff in registers. Rounds
 --     past the first only load more slots (the stage stays), so any number of pairs costs no
@@ -44,13 +44,13 @@ local M = {}
 M.KC = 32            -- d_model elements per up slice: 64 bytes of a row, one TMA box wide
 M.BOX = 256          -- rows per TMA box (runtime/tensor_map.c, SJ_TMA_ROWS32)
 M.NCOL = 64          -- output columns per down item
-M.PB = 144           -- staged row pitch, down: 9 x 16 bytes
+M.WBOX = 64          -- rows per Wd box (runtime/tensor_map.c, SJ_TMA_WGMMA: 64 x 64, 128-byte swizzle)
 M.GQ = 64            -- slots per group and round
 
 -- Adds ALGO=2's sizes to lib/twell_pairs.lua's geometry g.
 function M.geometry(g, problem, cfg)
   local nw = cfg.WARPS
-  g.KC, g.PB, g.GQ, g.NCOL, g.UB, g.BOX = M.KC, M.PB, M.GQ, M.NCOL, cfg.UT, M.BOX
+  g.KC, g.GQ, g.NCOL, g.UB, g.BOX, g.WBOX = M.KC, M.GQ, M.NCOL, cfg.UT, M.BOX, M.WBOX
   g.NKC = tw.cdiv(g.D, M.KC)
   g.NCB = tw.cdiv(g.D, M.NCOL)
   g.NUB = g.NUT
@@ -59,15 +59,16 @@ function M.geometry(g, problem, cfg)
   g.A_STAGE = (cfg.UT + g.NTH) * M.KC * 2
   g.A_BAR = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 128)    -- after the slot words, sort buckets
   g.A_SMEM = g.A_BAR + 8 * cfg.STAGES                               -- + a full barrier per stage
-  g.B_STAGE = cfg.UT * M.PB
-  g.B_SMEM = 2 * g.B_STAGE + nw * 2 * 4 * M.GQ * 4                -- + slots, twice
+  g.B_STAGE = cfg.UT * M.NCOL * 2
+  g.B_BAR = 2 * g.B_STAGE + nw * 2 * 4 * M.GQ * 4                 -- after the slots, twice
+  g.B_SMEM = g.B_BAR + 16                                           -- + a full barrier per stage
   g.smem = math.max(g.A_SMEM, g.B_SMEM) + 1024      -- + 1024: the base is aligned by hand (swizzle)
   g.items = g.NTT * (g.NUT + g.NCB)
 end
 
 function M.valid(problem, cfg)
   -- UT = 512 keeps a staged row's byte offset (row * 64) in 16 bits, and a unit tile's Wd rows
-  -- (UT * PB bytes, twice) in shared memory.
+  -- (UT * 128 bytes, twice) in shared memory.
   if problem.arch ~= "sm_90a" then
     return false, "ALGO=2 (TMA, mbarriers) needs sm_90a, the target is " .. tostring(problem.arch)
   end
@@ -84,7 +85,8 @@ function M.render(env) return emit.render(here(), [[
 #define KC ${KC}
 #define BOX ${BOX}
 #define A_BAR ${A_BAR}
-#define PB ${PB}
+#define WBOX ${WBOX}
+#define B_BAR ${B_BAR}
 #define GQ ${GQ}
 #define NCOL ${NCOL}
 #define NGP ${NGP}
@@ -293,21 +295,28 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
 __device__ __forceinline__ sj_u32 sj_slot_p(unsigned w, unsigned n) { return ((w >> 12) & 15u) == n ? (w >> 16) : 0u; }
 
 /* Phase B, item (tt, cb). */
-__device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const T* __restrict__ Wd,
+__device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const sj_tensor_map* tm_wd,
     const unsigned* work, OutT* __restrict__ Y, int M, int D, int F)
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   unsigned* swb = (unsigned*)(smem + 2 * B_STAGE) + warp * 2 * 4 * GQ;               /* [2][4][GQ] */
+  const sj_u32 full = sj_smem_addr(smem + B_BAR);     /* full[s]: stage s's Wd rows landed (TMA bytes) */
   const int c0 = cb * NCOL, G0 = tt * (NTH / 8) + warp * 4;
   const unsigned* slots = work + SL_OFF + (size_t)G0 * NUT * (8 * UT);              /* group q: + q * NUT * 8 * UT */
-  /* a stage: the unit tile's Wd rows (64 columns of them) */
+  if (tid == 0) {
+    sj_mbar_init(full, 1);
+    sj_mbar_init(full + 8, 1);
+    sj_mbar_fence_init();
+  }
+  __syncthreads();
+  /* a stage: the unit tile's Wd rows, 64 columns of them, by TMA in boxes of WBOX rows (rows of
+   * 128 bytes, 128-byte swizzle; past F or D zeros), issued by thread 0 */
   auto load_stage = [&](int ub, int stage) {
-    unsigned char* st = smem + stage * B_STAGE;
-    for (int i = tid; i < UB * 8; i += NTH) {
-      const int r = i >> 3, q = i & 7, row = ub * UB + r, col = c0 + 8 * q;
-      const bool ok = row < F && col < D;
-      sj_cp_async16(sj_smem_addr(st + r * PB + q * 16), ok ? Wd + (size_t)row * D + col : Wd, ok ? 16 : 0);
-    }
+    if (tid != 0) return;
+    const sj_u32 st = sj_smem_addr(smem + stage * B_STAGE), bar = full + 8 * stage;
+    sj_mbar_expect_tx(bar, B_STAGE);
+#pragma unroll
+    for (int i = 0; i < UB / WBOX; i++) sj_tma_load_2d(st + i * WBOX * NCOL * 2, tm_wd, c0, ub * UB + i * WBOX, bar);
   };
   /* a stage's first round of slots, given its counts c (16 bytes per lane and step) */
   auto load_slots = [&](int ub, int stage, const uint4 c) {
@@ -324,9 +333,10 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
   for (int q = 0; q < 4; q++)
 #pragma unroll
     for (int m = 0; m < 4; m++) acc[q][m][0] = acc[q][m][1] = acc[q][m][2] = acc[q][m][3] = 0.f;
-  /* ldmatrix.trans rows: lanes 0-7 and 8-15 slots 0-7 (columns 0-7, 8-15), 16-31 slots 8-15 */
+  /* ldmatrix.trans rows: lanes 0-7 and 8-15 slots 0-7 (columns 0-7, 8-15), 16-31 slots 8-15;
+   * chunk 2m + h of unit u sits at u * 128 + ((2m + h) ^ (u & 7)) * 16 (the swizzle) */
   const int arow = (lane & 7) + ((lane >> 4) << 3);
-  const sj_u32 acol = ((lane >> 3) & 1) * 16;
+  const unsigned half = (unsigned)((lane >> 3) & 1);
   const unsigned me = (unsigned)(lane >> 2);
   /* the warp's 4 group counts of a stage; those of the next stage are loaded one stage ahead */
   const uint4* counts = (const uint4*)(work + PL_OFF + G0);
@@ -336,7 +346,8 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
   load_slots(0, 0, cnow);
   sj_cp_async_commit();
   for (int ub = 0; ub < NUB; ub++) {
-    sj_cp_async_wait<0>();
+    sj_cp_async_wait<0>();                            /* this lane's slot copies */
+    sj_mbar_wait(full + 8 * (ub & 1), (sj_u32)((ub >> 1) & 1));
     __syncthreads();                                  /* stage ub landed; stage ub - 1 is read by all */
     const int tot[4] = { (int)cnow.x, (int)cnow.y, (int)cnow.z, (int)cnow.w };
     if (ub + 1 < NUB) {
@@ -372,7 +383,8 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
         for (int ks = 0; ks < ks_end; ks++) {
           const sj_u32 bf[2] = { sj_slot_p(w0.x, me) | (sj_slot_p(w0.y, me) << 16),
                                  sj_slot_p(w1.x, me) | (sj_slot_p(w1.y, me) << 16) };
-          const sj_u32 ra = st + (wr & 0xfffu) * PB + acol;
+          const unsigned u = wr & 0xfffu;
+          const sj_u32 ra = st + u * 128 + ((half ^ (u & 7u)) << 4);
           if (ks + 1 < ks_end) {
             const unsigned* s16 = sq + (ks + 1) * 16;
             w0 = *(const uint2*)(s16 + 2 * (lane & 3));
@@ -382,7 +394,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
 #pragma unroll
           for (int m = 0; m < 4; m++) {
             sj_u32 af[4];
-            sj_ldmatrix_x4_trans(af, ra + m * 32);
+            sj_ldmatrix_x4_trans(af, ra ^ (m * 32));
             sj_mma_16816(acc[q][m], af, bf);
           }
         }
