@@ -109,6 +109,8 @@ for sp in 0.95 0.99; do
 done
 bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
 bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
+# ALGO=2 at 99.9%, where the default switches to ALGO=0 (templates/twell_ffn.lua, default_pairs)
+bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.999 --config ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3
 # The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.
 for dt in $dtypes; do for shape in 2048x5632x2048 8192x11008x4096; do
   bench --op twell-gate --shape "$shape" --dtype $dt --sparsity 0.99

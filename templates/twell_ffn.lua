@@ -156,12 +156,13 @@ local DEFAULTS = {
 }
 
 -- The pairs kernel on tensor cores where bench/RESULTS.md measured it ahead of the token blocks:
--- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, ninth session: 1.18x at 99%, 0.39x at
+-- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, ninth session: 1.27x at 99%, 0.43x at
 -- 95%, against 0.61x and 0.18x for the token blocks), with unit tiles of 512 and 3 stages
 -- (ahead of 2 stages and of 256-unit tiles at both), when its up items fill the GPU (at 2048
--- tokens, 2048 / 5632, 44 items on 132 SMs, it lost: 0.52x vs 0.59x). Past 99.5% the token
--- blocks' union of active units is small and they win (1.85x vs 1.57x at 99.9%). An unspecified
--- sparsity keeps the token blocks, and so does a target without TMA (ALGO=2 is sm_90a only).
+-- tokens, 2048 / 5632, 44 items on 132 SMs, it lost in the eighth session: 0.52x vs 0.59x).
+-- Past 99.5% the token blocks' union of active units is small and they win (1.80x vs 1.57x at
+-- 99.9%). An unspecified sparsity keeps the token blocks, and so does a target without TMA
+-- (ALGO=2 is sm_90a only).
 local function default_pairs(problem)
   local s = problem.SPARSITY
   if not (s >= 0.9 and s < 0.995) then return nil end
