@@ -399,10 +399,10 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X,
  * (problem->out_dtype). Only the d_ff units that tokens activate are computed: per block of
  * tokens (config ALGO=0) or per (token, unit) pair over large tiles (ALGO=1 on CUDA cores,
  * ALGO=2 on tensor cores, sm_90a only; both use a workspace of 4 * tokens * d_ff bytes and a
- * little more (tokens and d_ff rounded up to 512),
- * allocated once per context and kept; two such launches on one context must not run at the
- * same time on different streams). Without a config the template picks ALGO=2 for a declared
- * twell_sparsity in [0.9, 0.995) when there are enough tokens to fill the GPU, else ALGO=0.
+ * little more (tokens and d_ff rounded up to 512), allocated once per context and kept; two
+ * such launches on one context must not run at the same time on different streams). Without a
+ * config the template picks ALGO=2 on sm_90a for a declared twell_sparsity in [0.9, 0.995)
+ * when there are enough tokens to fill the GPU, else ALGO=0.
  * stream: a CUstream or NULL. */
 sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                        const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
