@@ -354,7 +354,10 @@ static void test_sass(void **state)
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32 + 16);
     assert_true(count(s, "LDSM.16.MT88.4") >= 4);      /* the down product's Wd rows, transposed */
     assert_true(count(s, "LDSM.16.M88.4") >= 16 + 2);  /* the up product's WuT rows and X fragments */
-    assert_true(count(s, "UTMALDG.2D") >= 2);          /* the up slices' WuT and X boxes, by TMA */
+    /* by TMA, at the prologue and in the loop: an up slice's 2 WuT and 1 X boxes, a down stage's
+     * 8 Wd boxes; cp.async is left for the down stages' slot words */
+    assert_true(count(s, "UTMALDG.2D") >= 2 * (2 + 1) + 2 * 8);
+    assert_true(count(s, "LDGSTS") <= 4);
     assert_true(count(s, "FFMA") < 64);                /* no CUDA-core product left */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
