@@ -123,10 +123,10 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_int_equal(define_value(g->source, "PL_OFF"), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
         assert_true(2 + token_tiles <= (2 + cdiv(p->m, 256) + 63) / 64 * 64); /* the counters fit before it */
         assert_non_null(strstr(g->source, "twell_pairs.lua"));
-        if (ALGO == 2) { /* tensor cores, rows gathered by ldmatrix */
+        if (ALGO == 2) { /* tensor cores, rows gathered 16 bytes a lane */
             assert_non_null(strstr(g->source, "twell_pairs_mma.lua"));
             assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
-            assert_non_null(strstr(g->source, "sj_ldmatrix_x4_trans(af"));
+            assert_non_null(strstr(g->source, "sj_slots_place("));
             /* counts, then the dealt slots, inside the bytes runtime/op_twell.c allocates */
             int64_t pl_off = (2 + cdiv(p->m, 256) + 63) / 64 * 64, ngp = cdiv(p->m, 32 * W) * 4 * W;
             int64_t nut = cdiv(tiles, UT / p->twell_tile), sl_off = define_value(g->source, "SL_OFF");
@@ -348,12 +348,14 @@ static void test_sass(void **state)
     assert_int_equal(count(s, "HMMA"), 0);              /* CUDA cores only */
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
-    /* ALGO=2: up 4 groups x 4 m-tiles x 2 k-steps per slice, down 4 m-tiles per k-step, rows gathered by ldmatrix */
+    /* ALGO=2: up 4 groups x 4 m-tiles x 2 k-steps per slice, down 2 m-tiles x 2 parities per k-tile, rows gathered
+     * 16 (up) or 8 (down) bytes a lane: 2 or 4 rows a pass, not ldmatrix's 8 */
     s = sass_of(ctx90, &ffn, "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=512,STAGES=2");
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32 + 16);
-    assert_true(count(s, "LDSM.16.MT88.4") >= 4);      /* the down product's Wd rows, transposed */
-    assert_true(count(s, "LDSM.16.M88.4") >= 16 + 2);  /* the up product's WuT rows and X fragments */
+    assert_true(count(s, "LDS.128") >= 4 * 4 * 2 + 4); /* up: 2 WuT rows per m-tile, 4 X chunks */
+    assert_true(count(s, "LDS.64") >= 4);               /* down: 2 Wd rows x 2 m-tiles per k-tile */
+    assert_int_equal(count(s, "LDSM"), 0);
     /* by TMA, at the prologue and in the loop: an up slice's 2 WuT and 1 X boxes, a down stage's
      * 8 Wd boxes; cp.async is left for the down stages' slot words */
     assert_true(count(s, "UTMALDG.2D") >= 2 * (2 + 1) + 2 * 8);

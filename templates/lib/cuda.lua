@@ -1,9 +1,9 @@
 -- lib/cuda.lua: the self-contained CUDA prelude every template emits (no #include, so NVRTC
 -- parses a few hundred lines instead of cuda_fp16.h): 16-bit storage types, fp32 conversions,
--- and inline-PTX wrappers for cp.async, ldmatrix and mma.sync. Templates pick the dtype-specific
--- names through cuda.dtype(problem.dtype). cuda.hopper() adds the sm_90a pieces: wgmma fences
--- and descriptors, mbarriers, TMA (tensor and bulk) loads, named barriers and register
--- reallocation.
+-- and inline-PTX wrappers for cp.async, ldmatrix, shared loads and mma.sync. Templates pick the
+-- dtype-specific names through cuda.dtype(problem.dtype). cuda.hopper() adds the sm_90a pieces:
+-- wgmma fences and descriptors, mbarriers, TMA (tensor and bulk) loads, named barriers and
+-- register reallocation.
 local cuda = {}
 
 local prelude = [[
@@ -45,6 +45,15 @@ __device__ __forceinline__ void sj_ldmatrix_x4_trans(sj_u32 r[4], sj_u32 addr) {
 __device__ __forceinline__ void sj_ldmatrix_x2_trans(sj_u32 r[2], sj_u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
                : "=r"(r[0]), "=r"(r[1]) : "r"(addr)); }
+/* 4, 8 or 16 bytes of shared memory per lane (volatile, like ldmatrix, so they stay after the
+ * barrier wait that makes the bytes visible). */
+__device__ __forceinline__ sj_u32 sj_lds32(sj_u32 addr) {
+  sj_u32 r; asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r) : "r"(addr)); return r; }
+__device__ __forceinline__ void sj_lds64(sj_u32 r[2], sj_u32 addr) {
+  asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)); }
+__device__ __forceinline__ void sj_lds128(sj_u32 r[4], sj_u32 addr) {
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }
 ]]
 
 local mma_f16 = [[

@@ -1,6 +1,7 @@
 -- lib/mma_sp.lua: inline-PTX pieces of the V:N:M SpMM beyond lib/cuda.lua's prelude (emitted
 -- after it, so sj_u32 is defined): the sparse tensor-core MMA m16n8k32 with ordered metadata
--- (PTX ISA 8.5+, sm_80 and later) and the 16/8/4-byte shared loads of pre-arranged fragments.
+-- (PTX ISA 8.5+, sm_80 and later) and a paired fp32 global store; the 16/8/4-byte shared loads
+-- of its pre-arranged fragments are lib/cuda.lua's.
 --
 -- Fragments of mma.sp::ordered_metadata m16n8k32 .f16/.bf16 (PTX ISA, "Matrix fragments for
 -- sparse mma.m16n8k32 with .f16/.bf16"), lane L, g = L >> 2, t = L & 3:
@@ -24,13 +25,6 @@ __device__ __forceinline__ void sj_mma_sp_16832(float d[4], const sj_u32 a[4], c
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
                  "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e), "n"(SEL)); }
-__device__ __forceinline__ void sj_lds128(sj_u32 r[4], sj_u32 addr) {
-  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }
-__device__ __forceinline__ void sj_lds64(sj_u32 r[2], sj_u32 addr) {
-  asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)); }
-__device__ __forceinline__ sj_u32 sj_lds32(sj_u32 addr) {
-  sj_u32 r; asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r) : "r"(addr)); return r; }
 /* Two adjacent fp32 values to global memory (p 8-byte aligned). */
 __device__ __forceinline__ void sj_stg_f32x2(float *p, float a, float b) {
   asm volatile("st.global.v2.f32 [%0], {%1,%2};" :: "l"(p), "f"(a), "f"(b) : "memory"); }

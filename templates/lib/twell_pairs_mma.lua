@@ -4,34 +4,37 @@
 --
 -- Why: ALGO=1 issues ~2.3 instructions per useful FMA and reaches ~7 FMA/clk/SM. Here a warp
 -- computes a pair with mma.sync m16n8k16, gathering the pair's weight row out of the staged tile
--- with ldmatrix (which takes a row address per lane, so the gather costs nothing extra): one mma
--- is 16 pairs (M, "slots") x 8 tokens (N, a group), of which only the 16 products on the slot's
--- own token are kept, i.e. 1/8 of the tensor work is useful, at ~94 useful FMA per warp
--- instruction. The phases are bound by the shared-memory reads of the gathered rows (every pair
--- reads its d_model-long row once per phase).
+-- with plain 16- or 8-byte shared loads (an address per lane, so the gather costs nothing
+-- extra): an up mma is 16 pairs (M, "slots") x 8 tokens (N, a group), of which only the 16
+-- products on the slot's own token are kept (1/8 of the tensor work is useful). The phases are
+-- bound by the shared-memory reads of the gathered rows (every pair reads its d_model-long row
+-- once per phase), so the loads are laid out to take one pass per 128 bytes: ldmatrix reads 8
+-- gathered rows a pass and those collide in a bank group ~1.5 passes in 1 on random rows; here a
+-- pass is 2 (up) or 4 (down) rows, and sj_slots_place arranges each block of 8 slots so that
+-- those rows do not collide.
 --
 -- Both phases: warp w of a token tile owns its 32 tokens (lane = token), in 4 groups of 8 lanes.
 -- The up item deals a group's pairs in its unit tile to slots in rounds of GQ (4 m-tiles of 16);
--- a slot is a 32-bit word (value bits << 16) | (token in group << 12) | unit in the unit tile,
--- the value being h while the up product runs and p = h * u once it is done; padding slots name
--- token 8 (no token) and one of rows 0-7 (any row will do: their products are dropped or zero;
--- sj_slots_spread picks the rows that balance the bank groups). The up item then writes the group's
--- slots, p included, to the workspace, and the down items read them as they are: a down stage is
--- a unit tile (UB = UT), so they never deal again (the 64 column blocks of a token tile would
--- each deal the same slots).
+-- a slot is a 32-bit word (value bits << 16) | (token in group << 12) | row code (sj_row_code of
+-- its unit in the unit tile), the value being h while the up product runs and p = h * u once it
+-- is done; padding slots name token 8 (no token) and a row of the residue their place wants
+-- (their products are dropped or zero). The up item then writes the group's slots, p included,
+-- to the workspace, and the down items read them as they are: a down stage is a unit tile
+-- (UB = UT), so they never deal again (the 64 column blocks of a token tile would each deal the
+-- same slots).
 --   up (SDDMM), item (token tile, UT units): the tile's WuT rows and the NTH tokens' X rows are
 --     streamed through shared memory in KC-element slices by TMA (sm_90a: 256-row boxes,
 --     64-byte swizzle, one thread issues them; per-thread cp.async wrote shared memory in ~3x
---     the passes its bytes need, and shared memory is what bounds this kernel); A = gathered WuT rows (slots x k),
---     B = X^T of the group (k x 8 tokens), C = U^T; at the end each slot's product on its own
---     token, times h, goes to the token's pair list. Rounds past the first (a group with more
---     than GQ pairs in the tile) stream the slice sequence again.
+--     the passes its bytes need); A = gathered WuT rows (slots x k), B = X^T of the group
+--     (k x 8 tokens), both with the slice's k order permuted (sj_up_mtiles), C = U^T; at the end
+--     each slot's product on its own token, times h, goes to the token's pair list. Rounds past
+--     the first (a group with more than GQ pairs in the tile) stream the slice sequence again.
 --   down (SpMM), item (token tile, 64 output columns): Wd rows are staged a unit tile at a time
---     by TMA (64-row boxes, 128-byte swizzle), with the tile's slots (cp.async) and counts; A = Wd[slot rows, columns]^T via ldmatrix.trans (64
---     columns = 4 m-tiles), B = P^T built in registers from the slot words (p where the slot's
---     token is the column's, else 0), C = Y^T accumulated over all of d_ff in registers. Rounds
---     past the first only load more slots (the stage stays), so any number of pairs costs no
---     extra weight traffic.
+--     by TMA (64-row boxes, 128-byte swizzle), with the tile's slots (cp.async) and counts;
+--     k = (slot, column parity), A = Wd pairs of columns as they lie in the rows (2 m-tiles of
+--     32 columns), B = p on one parity (an even and an odd product per m-tile), C = Y^T
+--     accumulated over all of d_ff in registers. Rounds past the first only load more slots (the
+--     stage stays), so any number of pairs costs no extra weight traffic.
 -- Workspace (after lib/twell_pairs.lua's counters, from u32 PL_OFF): the pair counts, u32
 -- [ut * NGP + G] for unit tile ut and group G (token / 8), then from SL_OFF the slots, group G
 -- and unit tile ut at (G * NUT + ut) * 8 * UT (8 tokens x UT units is the most a group can
@@ -57,7 +60,7 @@ function M.geometry(g, problem, cfg)
   g.NGP = g.NTT * g.NTH // 8
   g.SL_OFF = g.PL_OFF + tw.cdiv(g.NGP * g.NUT, 64) * 64
   g.A_STAGE = (cfg.UT + g.NTH) * M.KC * 2
-  g.A_BAR = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 128)    -- after the slot words, sort buckets
+  g.A_BAR = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 512)    -- after the slot words, placement tables
   g.A_SMEM = g.A_BAR + 8 * cfg.STAGES                               -- + a full barrier per stage
   g.B_STAGE = cfg.UT * M.NCOL * 2
   g.B_BAR = 2 * g.B_STAGE + nw * 2 * 4 * M.GQ * 4                 -- after the slots, twice
@@ -102,59 +105,103 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
   *total = __shfl_sync(FULL, incl, 7, 8);
 }
 
-/* Deals the group's ng slots and np - ng padding slots (np a multiple of 16) anew so that each
- * 8-slot block of an m-tile holds rows with distinct row & 7 where it can. Why: ldmatrix reads a
- * block's 8 rows in one pass only if they fall in 8 different 16-byte bank groups, which for the
- * staged layouts (the up stages' 64-byte swizzle, the down stages' pitch of 9 x 16 bytes) means
- * distinct row & 7; gathered rows are random, and 8 random rows take 2.6 passes on average. The
- * padding slots take the residues that have fewer than np / 8 slots (a padding row may be any
- * row), then all are sorted by residue (a counting sort through smem counters; ties in any
- * order) and sorted slot i goes to block i % nb, place i / nb, so a block's 8 slots are nb
- * apart in that order: 1.5 passes per block at 41 pairs, 1.8 with padding at fixed residues. */
-__device__ __forceinline__ void sj_slots_spread(unsigned* sw, int* bucket, int ng, int np, int tl) {
+/* A slot word's low 12 bits: its row u of the unit tile as u * 8 + (u & 7), i.e. the row's byte
+ * offset / 16 in a down stage with the swizzle's XOR already in (128-byte rows: chunk c of row u
+ * sits at u * 128 + ((c ^ (u & 7)) << 4)); u is code >> 3, the residue code & 7. */
+__device__ __forceinline__ unsigned sj_row_code(int u) { return ((unsigned)u << 3) | ((unsigned)u & 7u); }
+
+/* The block position that wants residue r (row & 7 == r): residues 0 3 4 7 1 2 5 6 at positions
+ * 0-7, so that positions 2i, 2i + 1 differ in r & 1 and positions 0-3, and 4-7, in r >> 1. */
+__device__ __forceinline__ int sj_res_pos(int r) { return (int)((0x37621540u >> (4 * r)) & 7u); }
+
+/* Places the group's ng slots and np - ng padding slots (np a multiple of 16: nb blocks of 8) so
+ * that the products below gather their rows without bank conflicts: a block's position
+ * sj_res_pos(r) wants a row with row & 7 == r. Why: the up product loads a gathered row 16 bytes
+ * a lane, in passes of 8 lanes = 2 rows of a block (positions 2i, 2i + 1), which take one pass
+ * only if they lie in different halves of a 128-byte line (64-byte rows: row & 1 differ); the
+ * down product loads 8 bytes a lane, in passes of 16 lanes = 4 rows (positions 0-3 or 4-7) x 2
+ * chunks, which take one pass only if they fall in different chunk pairs of the 128-byte
+ * swizzle ((row >> 1) & 3 differ). Residue r's first nb rows take its position in blocks 0, 1, ...; its
+ * rows past nb (an overflow, by pigeonhole unavoidable) go first to the free positions of its
+ * twin r ^ 1 (same chunk pair: the down pass stays whole, the up pass doubles), then, in parity
+ * order, to the free positions left, in parity order; the rest are padding slots on a row of
+ * their position's residue (token 8: their products are dropped). Simulated on uniform residues at 41
+ * pairs: 1.09 passes per up pass and 1.17 per down pass, against 1.57 for ldmatrix's 8 rows.
+ * tab: 32 ints of the group (counters first, then 4 per residue). */
+__device__ __forceinline__ void sj_slots_place(unsigned* sw, int* tab, int ng, int np, int tl) {
   const int nb = np >> 3;
   unsigned w[8];
   int rank[8];
-  bucket[tl] = 0;
+  tab[tl] = 0;
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < nb && tl + 8 * j < ng) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&bucket[w[j] & 7u], 1); }
+    if (j < nb && tl + 8 * j < ng) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&tab[w[j] & 7u], 1); }
   __syncwarp();
-  /* lane tl owns residue tl: its count, its padding slots (filling the deficits in residue
-   * order), and where its slots start in the sorted order */
-  const int c = bucket[tl];
-  int dpre, dtot, start, total;
-  sj_group_prefix(max(0, nb - c), tl, &dpre, &dtot);
-  const int pads = max(0, min(nb - c, np - ng - dpre));
-  sj_group_prefix(c + pads, tl, &start, &total);
-  __syncwarp();
-  bucket[tl] = start;
+  /* lane tl owns residue tl: its count, overflow and free positions, before and after the twins */
+  const int c = tab[tl], c_twin = __shfl_xor_sync(FULL, c, 1, 8);
+  const int over = max(0, c - nb), room = max(0, nb - c);
+  const int to_twin = min(over, max(0, nb - c_twin)), from_twin = min(max(0, c_twin - nb), room);
+  const int over2 = over - to_twin, room2 = room - from_twin;
+  /* exclusive prefixes of over2 and room2 in parity order (residues 0 2 4 6 1 3 5 7) */
+  const int key = ((tl & 1) << 2) | (tl >> 1);
+  int over_pre = 0, room_pre = 0, over_total = 0;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int r = ((k & 3) << 1) | (k >> 2);
+    const int o = __shfl_sync(FULL, over2, r, 8), f = __shfl_sync(FULL, room2, r, 8);
+    if (k < key) { over_pre += o; room_pre += f; }
+    over_total += o;
+  }
+  __syncwarp();                                       /* the counters are read */
+  tab[4 * tl] = c;
+  tab[4 * tl + 1] = to_twin;
+  tab[4 * tl + 2] = over_pre - to_twin;               /* + overflow index: its place in the order */
+  tab[4 * tl + 3] = (room_pre << 16) | (room2 << 8) | (c + from_twin);   /* and where room2 starts */
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
     if (j < nb && tl + 8 * j < ng) {
-      const int i = bucket[w[j] & 7u] + rank[j];
-      sw[(i % nb) * 8 + i / nb] = w[j];
+      const int r = (int)(w[j] & 7u), o = rank[j] - nb;
+      int block = rank[j], res = r;                   /* the block, and the residue whose place it takes */
+      if (o >= 0 && o < tab[4 * r + 1]) {
+        res = r ^ 1;
+        block = tab[4 * res] + o;
+      } else if (o >= 0) {
+        const int i = o + tab[4 * r + 2];
+        for (int q = 0; q < 8; q++) {
+          const int f = tab[4 * q + 3], lo = f >> 16;
+          if (i >= lo && i < lo + ((f >> 8) & 0xff)) { res = q; block = (f & 0xff) + i - lo; }
+        }
+      }
+      sw[block * 8 + sj_res_pos(res)] = w[j];
     }
-  for (int p = 0; p < pads; p++) {
-    const int i = start + c + p;
-    sw[(i % nb) * 8 + i / nb] = (8u << 12) | (unsigned)tl;
-  }
+  for (int j = max(0, over_total - room_pre); j < room2; j++)
+    sw[(c + from_twin + j) * 8 + sj_res_pos(tl)] = (8u << 12) | sj_row_code(tl);
   __syncwarp();
 }
 
-/* One k-step of a group's first N m-tiles in the up product (N is uniform over the warp, so
- * this is a branch, not N predicates). arow: the gathered rows' byte offsets in the stage at
- * k-step 0, two per register; b: the group's B fragment; st: the stage; kx: the k-step's 32
- * bytes, XORed into the offsets (the swizzle, sj_sw64). */
+/* A slice (2 k-steps) of a group's first N m-tiles in the up product (N is uniform over the warp,
+ * so this is a branch, not N predicates). Each lane loads 16 bytes, its chunk lane & 3 of the
+ * 64-byte slice row, of two gathered rows (m-tile rows lane / 4 and lane / 4 + 8) and of its
+ * token's X row, and the k order inside the slice is permuted to match: k-step s, fragment
+ * columns 2q, 2q + 1 (q = lane & 3) are elements 8q + 4s + 0, 1 of the slice, columns 2q + 8, 2q + 9
+ * are 8q + 4s + 2, 3; A and B agree, so the sum is the same. Why: ldmatrix reads 8 rows a pass and
+ * 8 gathered rows collide in some bank group ~1.5 times in 2 (sj_slots_place); two rows a pass
+ * collide only if they share a half line. arow: the rows' byte offsets, two 16-bit halves;
+ * x: the lane's X chunk. */
 template <int N>
-__device__ __forceinline__ void sj_up_mtiles(float acc[4][4], const sj_u32 arow[2], const sj_u32 b[2], sj_u32 st, sj_u32 kx) {
-  sj_u32 af[N][4];
+__device__ __forceinline__ void sj_up_mtiles(float acc[4][4], const sj_u32 arow[4], const sj_u32 x[4], sj_u32 st) {
 #pragma unroll
-  for (int m = 0; m < N; m++) sj_ldmatrix_x4(af[m], st + (((m & 1) ? arow[m >> 1] >> 16 : arow[m >> 1] & 0xffffu) ^ kx));
-#pragma unroll
-  for (int m = 0; m < N; m++) sj_mma_16816(acc[m], af[m], b);
+  for (int m = 0; m < N; m++) {
+    sj_u32 lo[4], hi[4];
+    sj_lds128(lo, st + (arow[m] & 0xffffu));
+    sj_lds128(hi, st + (arow[m] >> 16));
+    const sj_u32 a0[4] = { lo[0], hi[0], lo[1], hi[1] }, b0[2] = { x[0], x[1] };
+    const sj_u32 a1[4] = { lo[2], hi[2], lo[3], hi[3] }, b1[2] = { x[2], x[3] };
+    sj_mma_16816(acc[m], a0, b0);
+    sj_mma_16816(acc[m], a1, b1);
+  }
 }
 
 /* Byte offset of 16-byte chunk c of row r in a stage: TMA's 64-byte swizzle (rows of 64 bytes,
@@ -170,7 +217,7 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned char* ring = smem;
   unsigned* sw = (unsigned*)(smem + STAGES * A_STAGE) + warp * 4 * GQ;                 /* [4][GQ] */
-  int* bucket = (int*)(smem + STAGES * A_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 32 + g * 8;
+  int* tab = (int*)(smem + STAGES * A_STAGE + NTH / 32 * 4 * GQ * 4) + warp * 128 + g * 32;   /* [4][32] */
   const sj_u32 full = sj_smem_addr(smem + A_BAR);     /* full[s]: slice in stage s landed (TMA bytes) */
   const int t = tt * NTH + tid;
   const int n_tiles = (F + TT - 1) / TT, tile0 = ut * UTT, u0 = tile0 * TT;
@@ -199,9 +246,9 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
 #pragma unroll
     for (int i = 0; i < NTH / BOX; i++) sj_tma_load_2d(st + (UT + i * BOX) * KC * 2, tm_x, kc * KC, tt * NTH + i * BOX, bar);
   };
-  /* this lane's 8 X rows for the B fragments: lanes 0-15 group 0 (k 0-7, k 8-15), 16-31 group 1;
-   * group 2 and 3's rows are 16 further on, which keeps their swizzle (k-step 1: ^ 32) */
-  const sj_u32 xoff = sj_sw64(UT + warp * 32 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  /* this lane's X chunk for the B fragments: chunk lane & 3 of token lane / 4 of group 0; group q's
+   * token is 8 q rows further on, which keeps its swizzle (+ 512 bytes) */
+  const sj_u32 xoff = sj_sw64(UT + warp * 32 + (lane >> 2), lane & 3);
   int it = 0;                                          /* slices consumed in earlier rounds */
   __syncthreads();                                     /* the barriers are initialised */
   for (int lo = 0;; lo += GQ) {
@@ -210,27 +257,27 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     if (a < b)
       sj_tile_pairs(entries, counts, spill, t, n_tiles, tile0, tile1, F, a, b,
                     [&](int idx, int u, unsigned short bits) {
-                      sw[g * GQ + pre + idx - lo] = ((unsigned)bits << 16) | ((unsigned)tl << 12) | (unsigned)u;
+                      sw[g * GQ + pre + idx - lo] = ((unsigned)bits << 16) | ((unsigned)tl << 12) | sj_row_code(u);
                     });
     const int ng = max(0, min(GQ, gtot - lo)), np = (ng + 15) & ~15;
-    for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = (8u << 12) | (unsigned)(s & 7);
+    for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = (8u << 12) | sj_row_code(s & 7);
     __syncwarp();
-    sj_slots_spread(sw + g * GQ, bucket, ng, np, tl);
+    sj_slots_place(sw + g * GQ, tab, ng, np, tl);
     if (!__syncthreads_or(ng > 0)) break;             /* every slot is written */
     /* m-tiles this round, per group (uniform over the warp, so the loop below branches on them
      * instead of predicating each ldmatrix and mma) */
     int mt[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) mt[q] = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
-    /* per m-tile, the byte offset (k-step 0) of the row this lane addresses for ldmatrix, two
-     * 16-bit offsets per register (128 registers at 512 threads leave no room for 16) */
-    sj_u32 arow[4][2];
+    /* per group and m-tile, the byte offsets of this lane's two rows (m-tile rows lane / 4 and
+     * lane / 4 + 8) at its chunk, 16 bits each */
+    sj_u32 arow[4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
 #pragma unroll
-      for (int m = 0; m < 4; m += 2)
-        arow[q][m >> 1] = sj_sw64((int)(sw[q * GQ + m * 16 + (lane & 15)] & 0xfffu), lane >> 4) |
-                          (sj_sw64((int)(sw[q * GQ + (m + 1) * 16 + (lane & 15)] & 0xfffu), lane >> 4) << 16);
+      for (int m = 0; m < 4; m++)
+        arow[q][m] = sj_sw64((int)((sw[q * GQ + m * 16 + (lane >> 2)] & 0xfffu) >> 3), lane & 3) |
+                     (sj_sw64((int)((sw[q * GQ + m * 16 + 8 + (lane >> 2)] & 0xfffu) >> 3), lane & 3) << 16);
     float acc[4][4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -246,21 +293,17 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
       if (tid == 0 && kc + STAGES - 1 < NKC) load_slice(kc + STAGES - 1, it + STAGES - 1);
       const sj_u32 st = sj_smem_addr(ring + (it % STAGES) * A_STAGE);
 #pragma unroll
-      for (int ks = 0; ks < KC / 16; ks++) {
-        sj_u32 bx[4][2], r[4];
-        sj_ldmatrix_x4(r, st + (xoff ^ (ks * 32)));
-        bx[0][0] = r[0]; bx[0][1] = r[1]; bx[1][0] = r[2]; bx[1][1] = r[3];
-        sj_ldmatrix_x4(r, st + 16 * KC * 2 + (xoff ^ (ks * 32)));
-        bx[2][0] = r[0]; bx[2][1] = r[1]; bx[3][0] = r[2]; bx[3][1] = r[3];
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-          switch (mt[q]) {
-            case 4: sj_up_mtiles<4>(acc[q], arow[q], bx[q], st, ks * 32); break;
-            case 3: sj_up_mtiles<3>(acc[q], arow[q], bx[q], st, ks * 32); break;
-            case 2: sj_up_mtiles<2>(acc[q], arow[q], bx[q], st, ks * 32); break;
-            case 1: sj_up_mtiles<1>(acc[q], arow[q], bx[q], st, ks * 32); break;
-            default: break;
-          }
+      for (int q = 0; q < 4; q++) {
+        if (mt[q] == 0) continue;
+        sj_u32 x[4];
+        sj_lds128(x, st + xoff + q * 512);
+        switch (mt[q]) {
+          case 4: sj_up_mtiles<4>(acc[q], arow[q], x, st); break;
+          case 3: sj_up_mtiles<3>(acc[q], arow[q], x, st); break;
+          case 2: sj_up_mtiles<2>(acc[q], arow[q], x, st); break;
+          case 1: sj_up_mtiles<1>(acc[q], arow[q], x, st); break;
+          default: break;
+        }
       }
     }
     /* C[slot][token]: each slot's product on its own token, times h, rounded to T, replaces h */
@@ -333,11 +376,16 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
   for (int q = 0; q < 4; q++)
 #pragma unroll
     for (int m = 0; m < 4; m++) acc[q][m][0] = acc[q][m][1] = acc[q][m][2] = acc[q][m][3] = 0.f;
-  /* ldmatrix.trans rows: lanes 0-7 and 8-15 slots 0-7 (columns 0-7, 8-15), 16-31 slots 8-15;
-   * chunk 2m + h of unit u sits at u * 128 + ((2m + h) ^ (u & 7)) * 16 (the swizzle) */
-  const int arow = (lane & 7) + ((lane >> 4) << 3);
-  const unsigned half = (unsigned)((lane >> 3) & 1);
+  /* The down product, per 8-slot k-tile and m-tile m of 32 columns: k = (slot, column parity),
+   * A[r][(s, j)] = Wd[s][32 m + 4 (r & 7) + 2 (r >> 3) + j], so a lane's A fragment is 8 bytes
+   * of each of its two slots' rows (rows r, r + 8 of its quad) and needs no transposition;
+   * B[(s, j)][n] = p of slot s on token n for j = the product's parity (one even and one odd
+   * product per m-tile, the same A). Why not ldmatrix.trans: it reads 8 slots' rows a pass, which
+   * collide in some bank group ~1.5 times in 2; here a pass is 4 slots (sj_slots_place). A
+   * lane's bytes of row u: u * 128 + (((4 m + (lane >> 3)) ^ (u & 7)) << 4) + 8 ((lane >> 2) & 1),
+   * i.e. (row code << 4) ^ lane_off ^ (m * 64). */
   const unsigned me = (unsigned)(lane >> 2);
+  const unsigned lane_off = ((unsigned)(lane >> 3) << 4) | ((unsigned)((lane >> 2) & 1) << 3);
   /* the warp's 4 group counts of a stage; those of the next stage are loaded one stage ahead */
   const uint4* counts = (const uint4*)(work + PL_OFF + G0);
   const uint4 none = make_uint4(0u, 0u, 0u, 0u);
@@ -373,29 +421,28 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
       }
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        const int ks_end = (max(0, min(GQ, tot[q] - lo)) + 15) >> 4;
-        /* a k-tile's slot words: this lane's 4 for B, and its ldmatrix row; the next k-tile's are
-         * read while this one's mma run */
-        const unsigned* sq = sw + q * GQ;
-        uint2 w0, w1;
-        unsigned wr = 0u;
-        if (ks_end > 0) { w0 = *(const uint2*)(sq + 2 * (lane & 3)); w1 = *(const uint2*)(sq + 8 + 2 * (lane & 3)); wr = sq[arow]; }
+        /* k-tiles of 8 slots over all np of the round: sj_slots_place may put a pair anywhere in them */
+        const int ks_end = ((max(0, min(GQ, tot[q] - lo)) + 15) & ~15) >> 3;
+        /* a k-tile's slot words: this lane's 2 (slots q and q + 4 of the 8, q = lane & 3), for B
+         * and for the rows it loads; the next k-tile's are read while this one's mma run */
+        const unsigned* sq = sw + q * GQ + (lane & 3);
+        unsigned wa = 0u, wb = 0u;
+        if (ks_end > 0) { wa = sq[0]; wb = sq[4]; }
         for (int ks = 0; ks < ks_end; ks++) {
-          const sj_u32 bf[2] = { sj_slot_p(w0.x, me) | (sj_slot_p(w0.y, me) << 16),
-                                 sj_slot_p(w1.x, me) | (sj_slot_p(w1.y, me) << 16) };
-          const unsigned u = wr & 0xfffu;
-          const sj_u32 ra = st + u * 128 + ((half ^ (u & 7u)) << 4);
-          if (ks + 1 < ks_end) {
-            const unsigned* s16 = sq + (ks + 1) * 16;
-            w0 = *(const uint2*)(s16 + 2 * (lane & 3));
-            w1 = *(const uint2*)(s16 + 8 + 2 * (lane & 3));
-            wr = s16[arow];
-          }
+          /* B: k = (slot, column parity), so the two columns of a 32-bit pair of Wd need no
+           * transposition: the even product takes p on parity 0, the odd one on parity 1 */
+          const unsigned pa = ((wa >> 12) & 15u) == me ? (wa & 0xffff0000u) : 0u;
+          const unsigned pb = ((wb >> 12) & 15u) == me ? (wb & 0xffff0000u) : 0u;
+          const sj_u32 b_even[2] = { pa >> 16, pb >> 16 }, b_odd[2] = { pa, pb };
+          const sj_u32 ra = st + (((wa & 0xfffu) << 4) ^ lane_off), rb = st + (((wb & 0xfffu) << 4) ^ lane_off);
+          if (ks + 1 < ks_end) { wa = sq[(ks + 1) * 8]; wb = sq[(ks + 1) * 8 + 4]; }
 #pragma unroll
-          for (int m = 0; m < 4; m++) {
+          for (int m = 0; m < 2; m++) {
             sj_u32 af[4];
-            sj_ldmatrix_x4_trans(af, ra ^ (m * 32));
-            sj_mma_16816(acc[q][m], af, bf);
+            sj_lds64(af, ra ^ (m * 64));
+            sj_lds64(af + 2, rb ^ (m * 64));
+            sj_mma_16816(acc[q][2 * m], af, b_even);
+            sj_mma_16816(acc[q][2 * m + 1], af, b_odd);
           }
         }
       }
@@ -409,7 +456,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
 #pragma unroll
       for (int c = 0; c < 4; c++) {
         const int tok = tt * NTH + warp * 32 + q * 8 + 2 * (lane & 3) + (c & 1);
-        const int col = c0 + m * 16 + (lane >> 2) + (c >> 1) * 8;
+        const int col = c0 + 32 * (m >> 1) + 4 * (lane >> 2) + 2 * (c >> 1) + (m & 1);   /* m: m-tile, parity */
         if (tok < M && col < D) Y[(size_t)tok * D + col] = ${ofrom}(acc[q][m][c]);
       }
 }
