@@ -156,22 +156,27 @@ local DEFAULTS = {
 }
 
 -- The pairs kernel on tensor cores where bench/RESULTS.md measured it ahead of the token blocks:
--- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, ninth session: 1.27x at 99%, 0.43x at
--- 95%, against 0.61x and 0.18x for the token blocks), with unit tiles of 512 and 3 stages
--- (ahead of 2 stages and of 256-unit tiles at both), when its up items fill the GPU (at 2048
--- tokens, 2048 / 5632, 44 items on 132 SMs, it lost in the eighth session: 0.52x vs 0.59x).
--- Past 99.5% the token blocks' union of active units is small and they win (1.80x vs 1.57x at
--- 99.9%). An unspecified sparsity keeps the token blocks, and so does a target without TMA
--- (ALGO=2 is sm_90a only).
+-- from 90% to 99% sparsity (8192 tokens, 4096 / 11008, tenth session: 1.14-1.30x at 99%, 0.47x
+-- at 95%, against 0.61x and 0.18x for the token blocks), with unit tiles of 512 and 3 stages
+-- (ahead of 2 stages and of 256-unit tiles at both). 16 warps where their up items fill the GPU,
+-- else 8 (half the token tile, twice the items: at 2048 tokens, 99%, 811 us against the token
+-- blocks' 1415 at 4096 / 11008 and 240 against 366 at 2048 / 5632, with 176 and 88 up items on
+-- 132 SMs); below half the SMs' worth of items (not measured) the token blocks stay. Past 99.5%
+-- the token blocks' union of active units is small and they win (1.65x at 99.9%, ALGO=2 1.57x in
+-- the ninth session). An unspecified sparsity keeps the token blocks, and so does a target
+-- without TMA (ALGO=2 is sm_90a only).
 local function default_pairs(problem)
   local s = problem.SPARSITY
   if not (s >= 0.9 and s < 0.995) then return nil end
-  local cfg = { WARPS = 16, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 3, PIPE = 0, PERSIST = 0, ALGO = 2,
-                UT = 512, SLOTS = 16 }
-  if not valid(problem, cfg) then return nil end
-  local g = pairs_algo.geometry(problem, cfg)
-  if g.NTT * g.NUT < (problem.SMS > 0 and problem.SMS or 132) then return nil end
-  return cfg
+  local sms = problem.SMS > 0 and problem.SMS or 132
+  for _, warps in ipairs({ 16, 8 }) do
+    local cfg = { WARPS = warps, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 3, PIPE = 0, PERSIST = 0, ALGO = 2,
+                  UT = 512, SLOTS = 16 }
+    if not valid(problem, cfg) then return nil end
+    local g = pairs_algo.geometry(problem, cfg)
+    if g.NTT * g.NUT >= (warps == 16 and sms or sms / 2) then return cfg end
+  end
+  return nil
 end
 
 -- NT = 2 halves the weight rows read per token when blocks share units, but costs registers:

@@ -423,10 +423,12 @@ static void test_invalid_configs(void **state)
 static void test_default_follows_sparsity(void **state)
 {
     (void)state;
-    const struct { int64_t M, D, F; double sparsity; int algo; } cases[] = {
-        { 8192, 4096, 11008, 0.99, 2 }, { 8192, 4096, 11008, 0.95, 2 }, { 8192, 4096, 11008, 0.999, 0 },
-        { 8192, 4096, 11008, 0.90, 2 }, { 8192, 4096, 11008, 0.80, 0 }, { 8192, 4096, 11008, 0, 0 },
-        { 8192, 2048, 5632, 0.99, 2 }, { 2048, 2048, 5632, 0.99, 0 },
+    /* warps: ALGO=2's, 16 where the up items fill 132 SMs, 8 where 8 warps' items fill half */
+    const struct { int64_t M, D, F; double sparsity; int algo, warps; } cases[] = {
+        { 8192, 4096, 11008, 0.99, 2, 16 }, { 8192, 4096, 11008, 0.95, 2, 16 }, { 8192, 4096, 11008, 0.999, 0, 0 },
+        { 8192, 4096, 11008, 0.90, 2, 16 }, { 8192, 4096, 11008, 0.80, 0, 0 }, { 8192, 4096, 11008, 0, 0, 0 },
+        { 8192, 2048, 5632, 0.99, 2, 16 }, { 2048, 2048, 5632, 0.99, 2, 8 }, { 2048, 4096, 11008, 0.95, 2, 8 },
+        { 1024, 2048, 5632, 0.99, 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, cases[i].M, cases[i].D, cases[i].F, 128, 16);
@@ -437,6 +439,7 @@ static void test_default_follows_sparsity(void **state)
             fail_msg("%lld tokens, d_ff %lld, sparsity %g: default %s, expected ALGO=%d", (long long)cases[i].M,
                      (long long)cases[i].F, cases[i].sparsity, g->config, cases[i].algo);
         if (cases[i].algo == 2) {
+            assert_int_equal(tu_config_value(g->config, "WARPS"), cases[i].warps);
             assert_int_equal(tu_config_value(g->config, "UT"), 512);
             assert_int_equal(tu_config_value(g->config, "STAGES"), 3);
         }
