@@ -402,7 +402,7 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X,
  * little more (tokens and d_ff rounded up to 512), allocated once per context and kept; two
  * such launches on one context must not run at the same time on different streams). Without a
  * config the template picks ALGO=2 on sm_90a for a declared twell_sparsity in [0.9, 0.995)
- * when there are enough tokens to fill the GPU, else ALGO=0.
+ * when its work items fill at least half the GPU's SMs (16 warps a block, else 8), else ALGO=0.
  * stream: a CUstream or NULL. */
 sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                        const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
