@@ -335,9 +335,6 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   }
 }
 
-/* B fragment half: the 16-bit p of slot word w if its token is n, else 0. */
-__device__ __forceinline__ sj_u32 sj_slot_p(unsigned w, unsigned n) { return ((w >> 12) & 15u) == n ? (w >> 16) : 0u; }
-
 /* Phase B, item (tt, cb). */
 __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const sj_tensor_map* tm_wd,
     const unsigned* work, OutT* __restrict__ Y, int M, int D, int F)
