@@ -422,25 +422,6 @@ $ end
       int u, kb, ke, m0, n0;
       sj_gate_item(units, KT, i, u, kb, ke);
       sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
-$ if SPLIT == 1 then
-      /* A split unit (see sj_gate_plan): the head piece stores its fp32 partial tile, the tail
-       * piece starts from it (loaded straight into acc: no registers beside it) and writes
-       * TwELL. Partials lie thread-major (float4 j of thread t at j * WARPS * 32 + t), so a
-       * warp's accesses are whole 512-byte runs; one flag per warp. */
-      const int writer = kb > 0 ? blockIdx.x - CLUSTER : blockIdx.x;
-      float4* part = (float4*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)writer * (BM * BN / 4) + tid;
-      unsigned* flag = work + writer * 8 + warp;
-      if (kb > 0) {
-        while (sj_ld_acquire(flag) == 0u) __nanosleep(32);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          const float4 p = __ldcg(part + j * WARPS * 32);
-          acc[j][0] = p.x; acc[j][1] = p.y; acc[j][2] = p.z; acc[j][3] = p.w;
-        }
-        __syncwarp();
-        if (lane == 0) *flag = 0u;     /* every lane has seen it: zero for the next launch */
-      }
-$ end
       for (int kt = kb; kt < ke; kt++, it++) {
         const int st = it % STAGES;
         sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
@@ -456,13 +437,32 @@ $ end
       sj_wgmma_wait<0>();
       sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
 $ if SPLIT == 1 then
-      if (ke < KT) {                   /* a head piece: its partial for the tail piece */
+      /* A split unit (see sj_gate_plan): the head piece stores its fp32 partial tile and the
+       * tail piece adds it before writing TwELL. Partials lie thread-major (float4 j of thread t
+       * at j * WARPS * 32 + t), so a warp's accesses are whole 512-byte runs; a flag per warp.
+       * Both touch acc only after wait<0>: loading the partial into acc before the main loop
+       * made ptxas serialise every wgmma (C7514/C7515: an accumulator register reused between
+       * a wgmma and its wait), ~12% slower; adding it here costs ~100 bytes of epilogue spills. */
+      if (ke < KT || kb > 0) {
+        const int writer = ke < KT ? blockIdx.x : blockIdx.x - CLUSTER;
+        const float4* part = (const float4*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)writer * (BM * BN / 4) + tid;
+        unsigned* flag = work + writer * 8 + warp;
+        if (ke < KT) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) __stcg(part + j * WARPS * 32, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-        __threadfence();
+          for (int j = 0; j < BN / 8; j++) __stcg((float4*)part + j * WARPS * 32, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+          __threadfence();
+          __syncwarp();
+          if (lane == 0) sj_st_release(flag, 1u);
+          continue;
+        }
+        while (sj_ld_acquire(flag) == 0u) __nanosleep(32);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          const float4 p = __ldcg(part + j * WARPS * 32);
+          acc[j][0] += p.x; acc[j][1] += p.y; acc[j][2] += p.z; acc[j][3] += p.w;
+        }
         __syncwarp();
-        if (lane == 0) sj_st_release(flag, 1u);
-        continue;
+        if (lane == 0) *flag = 0u;     /* every lane has seen it: zero for the next launch */
       }
 $ end
 
