@@ -110,6 +110,9 @@ local function valid(problem, cfg)
   if not tw.member({ 0, 1 }, cfg.SPLIT) then return false, "SPLIT must be 0 or 1" end
   if cfg.SPLIT == 1 then
     if cfg.WG ~= 2 then return false, "SPLIT=1 needs WG=2 (the persistent kernel)" end
+    if cfg.BM * cfg.BN * 4 > bar_offset(cfg) then
+      return false, string.format("SPLIT=1 stages a %d x %d fp32 tile in the ring: %d stages are too few", cfg.BM, cfg.BN, cfg.STAGES)
+    end
     if (problem.SMS or 0) > SPLIT_MAX_CTAS then
       return false, string.format("SPLIT=1 supports grids of up to %d CTAs, the target has %d SMs", SPLIT_MAX_CTAS, problem.SMS)
     end
@@ -196,7 +199,7 @@ local function generate(problem, cfg)
     GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, SPLIT = cfg.SPLIT, THREADS = threads_of(cfg), WARPS = warps,
     SPLIT_FLAG_BYTES = SPLIT_FLAG_BYTES,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
-    ctype = dt.ctype, pack2 = dt.pack2,
+    ctype = dt.ctype, pack2 = dt.pack2, from_f32 = dt.from_f32,
     wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
     BAR_OFF = bar_offset(cfg),
   }
@@ -255,6 +258,43 @@ __device__ __forceinline__ void sj_gate_load(T* as, T* bs, const T* __restrict__
     const int gr = n0 + r, gk = k0 + ch * 8;
     const bool ok = gr < N && gk < K;
     sj_cp_async16(sj_smem_addr(bs + r * BK + sj_swz(r, ch) * 8), ok ? WgT + (size_t)gr * K + gk : WgT, ok ? 16 : 0);
+  }
+}
+$ end
+
+$ if WG ~= 2 or SPLIT == 1 then
+/* One (row, tile) of TwELL from a warp's values (lane l holds columns l*VPL .. l*VPL+VPL-1):
+ * a prefix sum over lanes places the first CAP non-zeros in column order, the true count goes
+ * to counts, and a tile over CAP goes whole, densely, into the spill (the overflow path). */
+__device__ __forceinline__ void sj_gate_compact(const unsigned short v[VPL], int row, int tile, int lane,
+                                                unsigned* __restrict__ entries, int* __restrict__ counts,
+                                                T* __restrict__ spill, int N, int n_tiles) {
+  int nz = 0;
+#pragma unroll
+  for (int q = 0; q < VPL; q++) nz += sj_twell_nz(v[q]);
+  int incl = nz;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
+  int pos = incl - nz;
+#pragma unroll
+  for (int q = 0; q < VPL; q++)
+    if (sj_twell_nz(v[q])) {
+      if (pos < CAP) slots[pos] = sj_twell_entry(lane * VPL + q, v[q]);
+      pos++;
+    }
+  if (lane == 0) counts[(size_t)row * n_tiles + tile] = total;
+  if (total > CAP) {
+    T* sp = spill + (size_t)row * N + (size_t)tile * TT;
+#pragma unroll
+    for (int q = 0; q < VPL; q++) {
+      const int c = lane * VPL + q;
+      if (c < TT && tile * TT + c < N) sp[c] = v[q];
+    }
   }
 }
 $ end
@@ -418,6 +458,9 @@ $ end
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     int it = 0;
+$ if SPLIT == 1 then
+    int tail_m0 = -1, tail_n0 = 0;     /* the tail piece's tile, finished past the loop */
+$ end
     for (int i = 0; i < n_items; i++) {
       int u, kb, ke, m0, n0;
       sj_gate_item(units, KT, i, u, kb, ke);
@@ -437,32 +480,33 @@ $ end
       sj_wgmma_wait<0>();
       sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
 $ if SPLIT == 1 then
-      /* A split unit (see sj_gate_plan): the head piece stores its fp32 partial tile and the
-       * tail piece adds it before writing TwELL. Partials lie thread-major (float4 j of thread t
-       * at j * WARPS * 32 + t), so a warp's accesses are whole 512-byte runs; a flag per warp.
-       * Both touch acc only after wait<0>: loading the partial into acc before the main loop
-       * made ptxas serialise every wgmma (C7514/C7515: an accumulator register reused between
-       * a wgmma and its wait), ~12% slower; adding it here costs ~100 bytes of epilogue spills. */
-      if (ke < KT || kb > 0) {
-        const int writer = ke < KT ? blockIdx.x : blockIdx.x - CLUSTER;
-        const float4* part = (const float4*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)writer * (BM * BN / 4) + tid;
-        unsigned* flag = work + writer * 8 + warp;
-        if (ke < KT) {
+      /* A split unit (see sj_gate_plan): the head piece stores its fp32 partial tile (thread-
+       * major: float4 j of thread t at j * WARPS * 32 + t, so a warp writes whole 512-byte runs)
+       * and raises one flag per warp. The tail piece is always its run's last item, so the ring
+       * is idle after it: acc goes there in the same layout, and past the loop the partial is
+       * added element by element and compacted with the WG=0/1 epilogue's code. acc is only
+       * read, then zeroed as the epilogue does: ptxas serialises every wgmma (C7514/C7515) when
+       * other instructions redefine the accumulators (loading the partial into acc before the
+       * main loop: ~12% slower), and adding it in registers made the epilogue spill. */
+      if (ke < KT) {
+        float* part = (float*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)blockIdx.x * (BM * BN);
 #pragma unroll
-          for (int j = 0; j < BN / 8; j++) __stcg((float4*)part + j * WARPS * 32, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-          __threadfence();
-          __syncwarp();
-          if (lane == 0) sj_st_release(flag, 1u);
-          continue;
-        }
-        while (sj_ld_acquire(flag) == 0u) __nanosleep(32);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          const float4 p = __ldcg(part + j * WARPS * 32);
-          acc[j][0] += p.x; acc[j][1] += p.y; acc[j][2] += p.z; acc[j][3] += p.w;
-        }
+        for (int j = 0; j < BN / 8; j++)
+          __stcg((float4*)part + j * WARPS * 32 + tid, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+        __threadfence();
         __syncwarp();
-        if (lane == 0) *flag = 0u;     /* every lane has seen it: zero for the next launch */
+        if (lane == 0) sj_st_release(work + blockIdx.x * 8 + warp, 1u);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        continue;
+      }
+      if (kb > 0) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+          *((float4*)smem + j * WARPS * 32 + tid) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        tail_m0 = m0;
+        tail_n0 = n0;
+        break;
       }
 $ end
 
@@ -539,6 +583,34 @@ $ end
         }
       }
     }
+$ if SPLIT == 1 then
+    if (tail_m0 >= 0) {                /* the tail piece: S = acc + the head piece's partial */
+      const int writer = blockIdx.x - CLUSTER;
+      const float* part = (const float*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)writer * (BM * BN);
+      unsigned* flags = work + writer * 8;
+      const float* S = (const float*)smem;
+      for (int w = 0; w < WARPS; w++)
+        while (sj_ld_acquire(flags + w) == 0u) __nanosleep(32);
+      sj_named_sync(1, WARPS * 32);    /* S is whole, and every consumer has seen every flag ... */
+      if (tid < WARPS) flags[tid] = 0u;   /* ... so they go back to zero for the next launch */
+      for (int p = warp; p < BM * (BN / TT); p += WARPS) {
+        const int r = p / (BN / TT), tl = p % (BN / TT);
+        const int row = tail_m0 + r, tile = tail_n0 / TT + tl;
+        if (row >= M || tile >= n_tiles) continue;
+        /* element (r, col) is acc[col / 8][2h + col % 2] of thread 32 (r / 16) + 4 (r % 8) +
+         * (col % 8) / 2 with h = (r / 8) % 2 (the accumulator layout above) */
+        unsigned short v[VPL];
+#pragma unroll
+        for (int q = 0; q < VPL; q++) {
+          const int c = lane * VPL + q, col = tl * TT + c;
+          const int idx = ((col / 8) * WARPS * 32 + (r / 16) * 32 + (r % 8) * 4 + (col % 8) / 2) * 4 +
+                          2 * ((r / 8) % 2) + col % 2;
+          v[q] = c < TT ? (unsigned short)${from_f32}(fmaxf(S[idx] + __ldcg(part + idx), 0.f)) : (unsigned short)0;
+        }
+        sj_gate_compact(v, row, tile, lane, entries, counts, spill, N, n_tiles);
+      }
+    }
+$ end
   }
 $ if CLUSTER == 2 then
   sj_cluster_sync();                   /* neither CTA leaves while its partner may signal its barriers */
@@ -644,37 +716,12 @@ $ end
     if (row >= M || tile >= n_tiles) continue;
     const unsigned short* hs = (const unsigned short*)(Hs + r * HS_LD + tl * TT);
     unsigned short v[VPL];
-    int nz = 0;
 #pragma unroll
     for (int q = 0; q < VPL; q++) {
       const int c = lane * VPL + q;
       v[q] = c < TT ? hs[c] : (unsigned short)0;
-      nz += sj_twell_nz(v[q]);
     }
-    int incl = nz;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += y;
-    }
-    const int total = __shfl_sync(0xffffffffu, incl, 31);
-    unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
-    int pos = incl - nz;
-#pragma unroll
-    for (int q = 0; q < VPL; q++)
-      if (sj_twell_nz(v[q])) {
-        if (pos < CAP) slots[pos] = sj_twell_entry(lane * VPL + q, v[q]);
-        pos++;
-      }
-    if (lane == 0) counts[(size_t)row * n_tiles + tile] = total;
-    if (total > CAP) {                 /* overflow: the whole tile, densely, into the spill */
-      T* sp = spill + (size_t)row * N + (size_t)tile * TT;
-#pragma unroll
-      for (int q = 0; q < VPL; q++) {
-        const int c = lane * VPL + q;
-        if (c < TT && tile * TT + c < N) sp[c] = v[q];
-      }
-    }
+    sj_gate_compact(v, row, tile, lane, entries, counts, spill, N, n_tiles);
   }
 $ end
 }

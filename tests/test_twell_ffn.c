@@ -308,18 +308,17 @@ static void test_sass(void **state)
     assert_int_equal(count(s, "WARPGROUP.ARRIVE"), 1);
     assert_int_equal(count(s, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1);
     /* SPLIT=1: a head piece stores its partial tile, 32 float4 a thread at BN=256, past L1; the
-     * tail piece waits for the flag and adds it, which costs the epilogue a few spills (once a
-     * tile, ~25 stores and ~20 loads a thread, against ~10 K instructions a warp) */
+     * tail piece puts acc into the idle ring, waits for the flags and adds the partial there */
     assert_int_equal(count(s, "STG.E.128.STRONG.GPU"), 32);
-    assert_int_equal(count(s, "LDG.E.128.STRONG.GPU"), 32);
+    assert_int_equal(count(s, "STS.128"), 32);
     assert_true(count(s, "NANOSLEEP") >= 1);
-    assert_true(count(s, "LDL") + count(s, "STL") <= 64);
+    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
     s = sass_of(ctx90, &gate, "SPLIT=0");
     assert_non_null(s);
     assert_int_equal(count(s, "WARPGROUP.ARRIVE"), 1);
     assert_int_equal(count(s, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1);
-    assert_int_equal(count(s, "LDG.E.128") + count(s, "STG.E.128") + count(s, "NANOSLEEP"), 0);
+    assert_int_equal(count(s, "STS.128") + count(s, "STG.E.128") + count(s, "NANOSLEEP"), 0);
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
     s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0");
@@ -407,6 +406,7 @@ static void test_invalid_configs(void **state)
     expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=1",
                    "SPLIT=1 needs WG=2");
     expect_invalid(ctx90, &gate, "SPLIT=2", "SPLIT must be 0 or 1");
+    expect_invalid(ctx90, &gate, "STAGES=2", "stages are too few"); /* SPLIT=1 stages the 128 KB tile in the ring */
     sj_problem t64 = gate_problem(SJ_DTYPE_F16, 256, 1024, 256, 64, 8);
     expect_invalid(ctx90, &t64, "BM=64,BN=64,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=2,CLUSTER=2", "multiple of 128");
     sj_problem odd = gate_problem(SJ_DTYPE_F16, 64, 1024, 100, 128, 16);
