@@ -152,9 +152,8 @@ sj_status sj_context_destroy(sj_context *ctx)
         free(ctx->kernels[i]);
     }
     free(ctx->kernels);
-    for (int u = 0; u < RT_SCRATCH_USES; u++)
-        if (ctx->scratch[u] && sj_cu.cuMemFree(ctx->scratch[u]) != CUDA_SUCCESS)
-            st = sj_fail(SJ_ERR_CUDA, "cuMemFree of a scratch buffer failed while destroying the context");
+    if (ctx->scratch && sj_cu.cuMemFree(ctx->scratch) != CUDA_SUCCESS)
+        st = sj_fail(SJ_ERR_CUDA, "cuMemFree of the scratch buffer failed while destroying the context");
     kernel_table_free(&ctx->table);
     free(ctx->forced);
     cache_close(ctx->cache);
@@ -228,19 +227,19 @@ sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out)
     return SJ_OK;
 }
 
-sj_status rt_scratch(sj_context *ctx, rt_scratch_use use, size_t bytes, sj_devptr *out)
+sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out)
 {
-    if (ctx->scratch_bytes[use] >= bytes) {
-        *out = ctx->scratch[use];
+    if (ctx->scratch_bytes >= bytes) {
+        *out = ctx->scratch;
         return SJ_OK;
     }
     sj_status st;
-    if (ctx->scratch[use]) {
+    if (ctx->scratch) {
         /* the kernels queued on it must finish before it goes */
         if ((st = sj_synchronize(ctx)) != SJ_OK) return st;
-        SJ_CU_CHECK(sj_cu.cuMemFree(ctx->scratch[use]), "cuMemFree (scratch)");
-        ctx->scratch[use] = 0;
-        ctx->scratch_bytes[use] = 0;
+        SJ_CU_CHECK(sj_cu.cuMemFree(ctx->scratch), "cuMemFree (scratch)");
+        ctx->scratch = 0;
+        ctx->scratch_bytes = 0;
     }
     sj_devptr p;
     if ((st = sj_malloc(ctx, bytes, &p)) != SJ_OK) return st;
@@ -248,8 +247,8 @@ sj_status rt_scratch(sj_context *ctx, rt_scratch_use use, size_t bytes, sj_devpt
         sj_free(ctx, p);
         return st;
     }
-    ctx->scratch[use] = p;
-    ctx->scratch_bytes[use] = bytes;
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
     *out = p;
     return SJ_OK;
 }

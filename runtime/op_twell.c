@@ -13,15 +13,6 @@
 #include "runtime.h"
 #include "twell_format.h"
 
-/* Whether a canonical config ("NAME=V,NAME=V") holds the item "NAME=V". */
-static int config_has(const char *config, const char *item)
-{
-    size_t n = strlen(item);
-    for (const char *p = config; (p = strstr(p, item)) != NULL; p += n)
-        if ((p == config || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
-    return 0;
-}
-
 static sj_status check_problem(sj_context *ctx, const sj_problem *p, sj_op op, const char *what)
 {
     if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
@@ -61,14 +52,7 @@ sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj
     if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, SJ_TMA_WGMMA, "TMA descriptor of X")) != SJ_OK ||
         (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, SJ_TMA_WGMMA, "TMA descriptor of WgT")) != SJ_OK)
         return st;
-    /* SPLIT=1 (stream-K over the last waves) takes a workspace: a flag per CTA and warp for up
-     * to 1024 CTAs, then a partial tile of up to 128 x 256 fp32 per CTA (templates/twell_gate.lua) */
-    sj_devptr work = 0;
-    if (config_has(k->config, "SPLIT=1") &&
-        (st = rt_scratch(ctx, RT_SCRATCH_GATE, 1024 * 8 * 4 + (size_t)k->grid[0] * 128 * 256 * 4, &work)) != SJ_OK)
-        return st;
-    /* the launch reads as many arguments as the kernel declares: SPLIT=0 stops at map_w */
-    void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w, &work };
+    void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w };
     return rt_launch(ctx, k, args, stream);
 }
 
@@ -112,7 +96,7 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
      * also reads X, WuT and Wd through TMA descriptors */
     int algo2 = !strncmp(k->config, "ALGO=2,", 7);
     if (algo2 || !strncmp(k->config, "ALGO=1,", 7)) {
-        if ((st = rt_scratch(ctx, RT_SCRATCH_FFN, ffn_pairs_workspace(p), &work)) != SJ_OK) return st;
+        if ((st = rt_scratch(ctx, ffn_pairs_workspace(p), &work)) != SJ_OK) return st;
     }
     int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;

@@ -9,9 +9,6 @@
 #include "../cache/cache.h"
 #include "../generator/generator.h"
 
-/* Who a scratch buffer is for (rt_scratch). */
-typedef enum rt_scratch_use { RT_SCRATCH_FFN, RT_SCRATCH_GATE, RT_SCRATCH_USES } rt_scratch_use;
-
 struct sj_context {
     sj_context_options opts;
     char arch[16];
@@ -29,10 +26,8 @@ struct sj_context {
     int n_kernels, cap_kernels;
     sj_stats stats;
     sj_kernel_info last;
-    /* rt_scratch: workspaces of kernels that need one, one buffer per user (rt_scratch_use), so
-     * the gate and the FFN of one block never see each other's counters */
-    sj_devptr scratch[RT_SCRATCH_USES];
-    size_t scratch_bytes[RT_SCRATCH_USES];
+    sj_devptr scratch;         /* rt_scratch: workspaces of kernels that need one */
+    size_t scratch_bytes;
     /* per-problem forced configs (sj_set_config), a small list */
     struct forced_config { sj_problem problem; char config[256]; } *forced;
     int n_forced, cap_forced;
@@ -78,9 +73,8 @@ sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj
  * and the tuner's harness share it. ALGO=1 kernels get the context's scratch buffer. */
 sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream);
-/* The context's device scratch of one use, at least bytes, zero-filled when it is (re)allocated;
- * kernels that use it leave their counters and flags zeroed (templates/lib/twell_pairs.lua,
- * templates/twell_gate.lua). Launches that share one use's buffer must not overlap. */
-sj_status rt_scratch(sj_context *ctx, rt_scratch_use use, size_t bytes, sj_devptr *out);
+/* The context's device scratch, at least bytes, zero-filled when it is (re)allocated; kernels that
+ * use it leave it zeroed (templates/lib/twell_pairs.lua). Launches that share it must not overlap. */
+sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out);
 
 #endif

@@ -3,10 +3,9 @@
 --
 -- Problem: op "twell-gate", M = tokens, N = d_ff, K = d_model, T / C = TwELL tile / capacity.
 -- Kernel ABI: (const T* X, const T* WgT, unsigned* entries, int* counts, T* spill,
---              int M, int N, int K, tmX, tmW[, unsigned* work]); X is M x K, WgT is N x K (row
--- j = Wg[:, j]), both row-major, so both operands are K-major in shared memory; tmX / tmW are
--- their TMA descriptors (templates/README.md), read by WG=2 only; work (SPLIT=1 only) is a
--- zeroed workspace of SPLIT_FLAG_BYTES of flags and a BM x BN fp32 tile per CTA.
+--              int M, int N, int K, tmX, tmW); X is M x K, WgT is N x K (row j = Wg[:, j]), both
+-- row-major, so both operands are K-major in shared memory; tmX / tmW are their TMA descriptors
+-- (templates/README.md), read by WG=2 only.
 --
 -- Main loop: one CTA computes a BM x BN tile; K is walked in BK slices through a STAGES-deep
 -- cp.async ring in XOR-swizzled shared memory (16-byte chunk c of row r stored at c ^ (r % 8)
@@ -24,10 +23,7 @@
 -- rate, above the H200's measured 8.0 (bench/NOTES.md); slots are freed by the consumers of
 -- both CTAs (remote mbarrier arrivals). WG=2 is persistent (a CTA per SM walks the tiles) and
 -- writes TwELL from its accumulators (below), so the producer fills the ring with the next
--- tile while the consumers finish this one. SPLIT=1 balances the last waves: where the units
--- do not divide evenly among the SMs (2048 x 5632 with 128 x 256 tiles: 176 units for 66
--- clusters, 2.67 waves), the last one to two waves' k slices are shared out evenly (stream-K;
--- sj_gate_plan), and a unit cut in two passes its fp32 partial tile through the workspace.
+-- tile while the consumers finish this one.
 --
 -- Epilogue (WG=2): per (row, T-wide tile) the 4 lanes that hold a row exchange masks of their
 -- non-zeros; an entry's slot is the count of the row's non-zeros at smaller columns.
@@ -41,13 +37,8 @@ local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
 
-local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "WG", "CLUSTER", "SPLIT" }
+local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "WG", "CLUSTER" }
 local MAX_ACC = 128   -- fp32 accumulators per thread
--- SPLIT=1's workspace (runtime/op_twell.c allocates it, zeroed; the kernel leaves the flags zero):
--- one u32 flag per CTA and consumer warp (8 per CTA) for up to SPLIT_MAX_CTAS CTAs, then a
--- BM x BN fp32 partial tile per CTA.
-local SPLIT_MAX_CTAS = 1024
-local SPLIT_FLAG_BYTES = SPLIT_MAX_CTAS * 8 * 4
 
 -- The warps that compute (WM x WN tiles, or the consumer warpgroups of WG=1/2); WG=2 adds a
 -- producer warpgroup.
@@ -107,16 +98,6 @@ local function valid(problem, cfg)
     if cfg.WG ~= 2 then return false, "CLUSTER=2 needs WG=2 (TMA multicast)" end
     if (BN // 64) % 2 ~= 0 then return false, "CLUSTER=2 needs BN a multiple of 128 (a 64-row box per CTA)" end
   end
-  if not tw.member({ 0, 1 }, cfg.SPLIT) then return false, "SPLIT must be 0 or 1" end
-  if cfg.SPLIT == 1 then
-    if cfg.WG ~= 2 then return false, "SPLIT=1 needs WG=2 (the persistent kernel)" end
-    if cfg.BM * cfg.BN * 4 > bar_offset(cfg) then
-      return false, string.format("SPLIT=1 stages a %d x %d fp32 tile in the ring: %d stages are too few", cfg.BM, cfg.BN, cfg.STAGES)
-    end
-    if (problem.SMS or 0) > SPLIT_MAX_CTAS then
-      return false, string.format("SPLIT=1 supports grids of up to %d CTAs, the target has %d SMs", SPLIT_MAX_CTAS, problem.SMS)
-    end
-  end
   if (BM * BK // 8) % (warps * 32) ~= 0 or (BN * BK // 8) % (warps * 32) ~= 0 then
     return false, "tile chunks must divide evenly among the threads"
   end
@@ -130,7 +111,7 @@ end
 local function space(problem)
   return {
     BM = { 64, 128, 256 }, BN = { 64, 128, 256 }, BK = { 32, 64 }, WM = { 32, 64 }, WN = { 32, 64 },
-    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1, 2 }, CLUSTER = { 1, 2 }, SPLIT = { 0, 1 },
+    STAGES = { 2, 3, 4, 5 }, GROUP_M = { 1, 8, 16 }, WG = { 0, 1, 2 }, CLUSTER = { 1, 2 },
   }
 end
 
@@ -153,7 +134,7 @@ local function default(problem)
   for _, d in ipairs(DEFAULTS) do
     for stages = 4, 2, -1 do
       local cfg = { BM = d.BM, BN = d.BN, BK = 64, WM = d.WM, WN = d.WN, STAGES = stages, GROUP_M = 8, WG = wg,
-                    CLUSTER = (wg == 2 and d.BN % 128 == 0) and 2 or 1, SPLIT = wg == 2 and 1 or 0 }
+                    CLUSTER = (wg == 2 and d.BN % 128 == 0) and 2 or 1 }
       first = first or cfg
       if valid(problem, cfg) then
         chosen = chosen or cfg
@@ -196,16 +177,14 @@ local function generate(problem, cfg)
   local env = {
     prelude = cuda.prelude(problem.dtype), format_c = tw.format_c,
     BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, WM = cfg.WM, WN = cfg.WN, STAGES = cfg.STAGES,
-    GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, SPLIT = cfg.SPLIT, THREADS = threads_of(cfg), WARPS = warps,
-    SPLIT_FLAG_BYTES = SPLIT_FLAG_BYTES,
+    GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, THREADS = threads_of(cfg), WARPS = warps,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
-    ctype = dt.ctype, pack2 = dt.pack2, from_f32 = dt.from_f32,
+    ctype = dt.ctype, pack2 = dt.pack2,
     wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
     BAR_OFF = bar_offset(cfg),
   }
-  env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d_k%d", problem.dtype, problem.T,
-                            problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER,
-                            cfg.SPLIT)
+  env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d", problem.dtype, problem.T,
+                            problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER)
   local src = emit.render(here(), [[
 /* prelude */ ${prelude}
 /* TwELL format */ ${format_c}
@@ -220,7 +199,6 @@ local function generate(problem, cfg)
 #define STAGES ${STAGES}
 #define GROUP_M ${GROUP_M}
 #define CLUSTER ${CLUSTER}
-#define SPLIT ${SPLIT}
 #define TT ${TT}
 #define CAP ${CAP}
 #define VPL ${VPL}
@@ -262,43 +240,6 @@ __device__ __forceinline__ void sj_gate_load(T* as, T* bs, const T* __restrict__
 }
 $ end
 
-$ if WG ~= 2 or SPLIT == 1 then
-/* One (row, tile) of TwELL from a warp's values (lane l holds columns l*VPL .. l*VPL+VPL-1):
- * a prefix sum over lanes places the first CAP non-zeros in column order, the true count goes
- * to counts, and a tile over CAP goes whole, densely, into the spill (the overflow path). */
-__device__ __forceinline__ void sj_gate_compact(const unsigned short v[VPL], int row, int tile, int lane,
-                                                unsigned* __restrict__ entries, int* __restrict__ counts,
-                                                T* __restrict__ spill, int N, int n_tiles) {
-  int nz = 0;
-#pragma unroll
-  for (int q = 0; q < VPL; q++) nz += sj_twell_nz(v[q]);
-  int incl = nz;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
-  const int total = __shfl_sync(0xffffffffu, incl, 31);
-  unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
-  int pos = incl - nz;
-#pragma unroll
-  for (int q = 0; q < VPL; q++)
-    if (sj_twell_nz(v[q])) {
-      if (pos < CAP) slots[pos] = sj_twell_entry(lane * VPL + q, v[q]);
-      pos++;
-    }
-  if (lane == 0) counts[(size_t)row * n_tiles + tile] = total;
-  if (total > CAP) {
-    T* sp = spill + (size_t)row * N + (size_t)tile * TT;
-#pragma unroll
-    for (int q = 0; q < VPL; q++) {
-      const int c = lane * VPL + q;
-      if (c < TT && tile * TT + c < N) sp[c] = v[q];
-    }
-  }
-}
-$ end
-
 /* Origin (m0, n0) of work unit u for the CTA of cluster rank `rank`: a grouped raster over units
  * of CLUSTER row tiles (GROUP_M units share their B columns in L2); the CTAs of a cluster take
  * adjacent row tiles of one unit, and a row tile past M loads zeros and writes nothing, so it
@@ -312,55 +253,6 @@ __device__ __forceinline__ void sj_gate_tile(int u, int rank, int grid_m, int gr
 }
 
 $ if WG == 2 then
-/* The work of cluster c of G: items of one unit and a range [kb, ke) of its KT k slices, in the
- * same order for the producer and the consumers. Units are dealt round robin (whole, kb = 0,
- * ke = KT). With SPLIT=1 and a last wave that G does not fill, the last 1-2 waves' units are
- * instead cut into G equal runs of k slices (stream-K): a unit then has at most two pieces
- * (each run is at least KT slices), a head [0, k) by cluster c - 1 and a tail [k, KT) by
- * cluster c. A cluster walks its run from the last unit back, so its head piece comes first:
- * it stores its fp32 partial and raises a flag, and the tail piece, the run's last item, waits
- * for the flag of cluster c - 1, which started earlier and signals right after its round robin
- * units. A CTA only ever waits for a lower cluster. */
-struct sj_gate_run { int rr, rr_units, b, e; };
-
-/* Stateless (recomputed from the launch and the shape per item), so nothing of it stays live
- * in registers through the epilogue. */
-__device__ __forceinline__ sj_gate_run sj_gate_plan(int units, int KT) {
-  const int G = gridDim.x / CLUSTER, c = blockIdx.x / CLUSTER, waves = units / G;
-  sj_gate_run r;
-  if (!SPLIT || units % G == 0 || waves == 0) {
-    r.rr = (units - c + G - 1) / G;
-    r.rr_units = units;
-    r.b = r.e = 0;
-    return r;
-  }
-  r.rr = waves - 1;
-  r.rr_units = (waves - 1) * G;
-  const int slices = (units - r.rr_units) * KT;
-  r.b = (int)((long long)c * slices / G);
-  r.e = (int)((long long)(c + 1) * slices / G);
-  return r;
-}
-
-__device__ __forceinline__ int sj_gate_items(int units, int KT) {
-  const sj_gate_run r = sj_gate_plan(units, KT);
-  return r.e > r.b ? r.rr + (r.e - 1) / KT - r.b / KT + 1 : r.rr;
-}
-
-__device__ __forceinline__ void sj_gate_item(int units, int KT, int i, int& u, int& kb, int& ke) {
-  const sj_gate_run r = sj_gate_plan(units, KT);
-  if (i < r.rr) {
-    u = blockIdx.x / CLUSTER + i * (gridDim.x / CLUSTER);
-    kb = 0;
-    ke = KT;
-    return;
-  }
-  const int uu = (r.e - 1) / KT - (i - r.rr);
-  u = r.rr_units + uu;
-  kb = max(r.b - uu * KT, 0);
-  ke = min(r.e - uu * KT, KT);
-}
-
 /* A consumer warp gives a ring slot back: to its CTA's producer and, in a cluster, to its
  * partner's, which multicasts into this CTA's copy of the slot too. */
 __device__ __forceinline__ void sj_gate_release(sj_u32 bar, int lane) {
@@ -383,11 +275,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
 $ end
     const T* __restrict__ X, const T* __restrict__ WgT, unsigned* __restrict__ entries,
     int* __restrict__ counts, T* __restrict__ spill, int M, int N, int K,
-    const __grid_constant__ sj_tensor_map tmX, const __grid_constant__ sj_tensor_map tmW
-$ if SPLIT == 1 then
-    , unsigned* __restrict__ work
-$ end
-    )
+    const __grid_constant__ sj_tensor_map tmX, const __grid_constant__ sj_tensor_map tmW)
 {
   extern __shared__ __align__(128) unsigned char sj_smem_raw[];
   /* 1024-byte aligned ring: wgmma's swizzle atoms are addressed from absolute smem bits. */
@@ -420,16 +308,15 @@ $ if CLUSTER == 2 then
 $ else
   __syncthreads();
 $ end
-  const int n_items = sj_gate_items(units, KT);
+  const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
   if (warp >= WARPS) {                 /* the producer warpgroup: one thread issues every load */
     sj_setmaxnreg_dec<40>();
     if (tid == WARPS * 32) {
-      int it = 0;                      /* k slices issued so far, over all items */
-      for (int i = 0; i < n_items; i++) {
-        int u, kb, ke, m0, n0;
-        sj_gate_item(units, KT, i, u, kb, ke);
+      int it = 0;                      /* k slices issued so far, over all units */
+      for (int u = first_unit; u < units; u += unit_step) {
+        int m0, n0;
         sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
-        for (int kt = kb; kt < ke; kt++, it++) {
+        for (int kt = 0; kt < KT; kt++, it++) {
           const int st = it % STAGES;
           if (it >= STAGES) sj_mbar_wait(empty + 8 * st, ((it / STAGES) & 1) ^ 1);
           sj_mbar_expect_tx(full + 8 * st, (BM + BN) * BK * 2);
@@ -458,57 +345,23 @@ $ end
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     int it = 0;
-$ if SPLIT == 1 then
-    int tail_m0 = -1, tail_n0 = 0;     /* the tail piece's tile, finished past the loop */
-$ end
-    for (int i = 0; i < n_items; i++) {
-      int u, kb, ke, m0, n0;
-      sj_gate_item(units, KT, i, u, kb, ke);
+    for (int u = first_unit; u < units; u += unit_step) {
+      int m0, n0;
       sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
-      for (int kt = kb; kt < ke; kt++, it++) {
+      for (int kt = 0; kt < KT; kt++, it++) {
         const int st = it % STAGES;
         sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
         const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
         sj_wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < BK / 16; ks++)   /* a unit's first product overwrites acc */
+        for (int ks = 0; ks < BK / 16; ks++)   /* the unit's first product overwrites acc */
           sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
         sj_wgmma_commit();
         sj_wgmma_wait<1>();            /* this warp's wgmmas of the previous slice are done ... */
-        if (kt > kb) sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);   /* ... so its slot is free */
+        if (kt > 0) sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);   /* ... so its slot is free */
       }
       sj_wgmma_wait<0>();
       sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
-$ if SPLIT == 1 then
-      /* A split unit (see sj_gate_plan): the head piece stores its fp32 partial tile (thread-
-       * major: float4 j of thread t at j * WARPS * 32 + t, so a warp writes whole 512-byte runs)
-       * and raises one flag per warp. The tail piece is always its run's last item, so the ring
-       * is idle after it: acc goes there in the same layout, and past the loop the partial is
-       * added element by element and compacted with the WG=0/1 epilogue's code. acc is only
-       * read, then zeroed as the epilogue does: ptxas serialises every wgmma (C7514/C7515) when
-       * other instructions redefine the accumulators (loading the partial into acc before the
-       * main loop: ~12% slower), and adding it in registers made the epilogue spill. */
-      if (ke < KT) {
-        float* part = (float*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)blockIdx.x * (BM * BN);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-          __stcg((float4*)part + j * WARPS * 32 + tid, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) sj_st_release(work + blockIdx.x * 8 + warp, 1u);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        continue;
-      }
-      if (kb > 0) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-          *((float4*)smem + j * WARPS * 32 + tid) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-        tail_m0 = m0;
-        tail_n0 = n0;
-        break;
-      }
-$ end
 
       /* TwELL straight from the accumulators. The quad of lanes that shares g holds rows r0 and
        * r0 + 8 of the tile, interleaved by pairs: lane t4 has columns 8j + 2t4 + e (e = 0, 1) of
@@ -583,34 +436,6 @@ $ end
         }
       }
     }
-$ if SPLIT == 1 then
-    if (tail_m0 >= 0) {                /* the tail piece: S = acc + the head piece's partial */
-      const int writer = blockIdx.x - CLUSTER;
-      const float* part = (const float*)((unsigned char*)work + ${SPLIT_FLAG_BYTES}) + (size_t)writer * (BM * BN);
-      unsigned* flags = work + writer * 8;
-      const float* S = (const float*)smem;
-      for (int w = 0; w < WARPS; w++)
-        while (sj_ld_acquire(flags + w) == 0u) __nanosleep(32);
-      sj_named_sync(1, WARPS * 32);    /* S is whole, and every consumer has seen every flag ... */
-      if (tid < WARPS) flags[tid] = 0u;   /* ... so they go back to zero for the next launch */
-      for (int p = warp; p < BM * (BN / TT); p += WARPS) {
-        const int r = p / (BN / TT), tl = p % (BN / TT);
-        const int row = tail_m0 + r, tile = tail_n0 / TT + tl;
-        if (row >= M || tile >= n_tiles) continue;
-        /* element (r, col) is acc[col / 8][2h + col % 2] of thread 32 (r / 16) + 4 (r % 8) +
-         * (col % 8) / 2 with h = (r / 8) % 2 (the accumulator layout above) */
-        unsigned short v[VPL];
-#pragma unroll
-        for (int q = 0; q < VPL; q++) {
-          const int c = lane * VPL + q, col = tl * TT + c;
-          const int idx = ((col / 8) * WARPS * 32 + (r / 16) * 32 + (r % 8) * 4 + (col % 8) / 2) * 4 +
-                          2 * ((r / 8) % 2) + col % 2;
-          v[q] = c < TT ? (unsigned short)${from_f32}(fmaxf(S[idx] + __ldcg(part + idx), 0.f)) : (unsigned short)0;
-        }
-        sj_gate_compact(v, row, tile, lane, entries, counts, spill, N, n_tiles);
-      }
-    }
-$ end
   }
 $ if CLUSTER == 2 then
   sj_cluster_sync();                   /* neither CTA leaves while its partner may signal its barriers */
@@ -716,12 +541,37 @@ $ end
     if (row >= M || tile >= n_tiles) continue;
     const unsigned short* hs = (const unsigned short*)(Hs + r * HS_LD + tl * TT);
     unsigned short v[VPL];
+    int nz = 0;
 #pragma unroll
     for (int q = 0; q < VPL; q++) {
       const int c = lane * VPL + q;
       v[q] = c < TT ? hs[c] : (unsigned short)0;
+      nz += sj_twell_nz(v[q]);
     }
-    sj_gate_compact(v, row, tile, lane, entries, counts, spill, N, n_tiles);
+    int incl = nz;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += y;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
+    int pos = incl - nz;
+#pragma unroll
+    for (int q = 0; q < VPL; q++)
+      if (sj_twell_nz(v[q])) {
+        if (pos < CAP) slots[pos] = sj_twell_entry(lane * VPL + q, v[q]);
+        pos++;
+      }
+    if (lane == 0) counts[(size_t)row * n_tiles + tile] = total;
+    if (total > CAP) {                 /* overflow: the whole tile, densely, into the spill */
+      T* sp = spill + (size_t)row * N + (size_t)tile * TT;
+#pragma unroll
+      for (int q = 0; q < VPL; q++) {
+        const int c = lane * VPL + q;
+        if (c < TT && tile * TT + c < N) sp[c] = v[q];
+      }
+    }
   }
 $ end
 }

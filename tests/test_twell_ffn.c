@@ -11,8 +11,7 @@
  * GPU: the gate + TwELL epilogue against relu(X . Wg) in fp64, read back through
  * sj_twell_to_dense (which validates the format), on random inputs with shifted pre-activations
  * from 50% to 99.9% sparsity, ragged shapes, overflowing tiles, with each of the gate's three
- * main loops (TMA + warp specialisation, wgmma over cp.async, mma.sync) and its stream-K last
- * waves (SPLIT=1); the fused FFN against a dense
+ * main loops (TMA + warp specialisation, wgmma over cp.async, mma.sync); the fused FFN against a dense
  * fp64 (H (.) (X . Wu)) . Wd, for the default and explicit configs, and over a host-built
  * TwELL that overflows almost everywhere. Outputs are poisoned before every launch. */
 #include "test_util.h"
@@ -259,7 +258,7 @@ static void test_defaults_compile(void **state)
     compile_ok(ctx90, &ps[3], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=8,UT=256,STAGES=2");
     compile_ok(ctx90, &ps[4], "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=256,STAGES=3");
     /* the mma.sync gate on sm_90a too */
-    compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1,SPLIT=0");
+    compile_ok(ctx90, &ps[0], "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
 }
 
 static size_t count(const char *text, const char *needle)
@@ -303,32 +302,17 @@ static void test_sass(void **state)
     assert_int_equal(count(s, "LDGSTS"), 0);
     assert_true(count(s, "SYNCS.PHASECHK") >= 2);        /* full and empty waits */
     assert_true(count(s, "USETMAXREG") >= 2);            /* producer gives registers to the consumers */
-    /* the wgmmas stay pipelined: one arrive and one wait<1> per k slice, not one per wgmma
-     * (ptxas serialises them when a non-wgmma instruction touches the accumulators in flight) */
-    assert_int_equal(count(s, "WARPGROUP.ARRIVE"), 1);
-    assert_int_equal(count(s, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1);
-    /* SPLIT=1: a head piece stores its partial tile, 32 float4 a thread at BN=256, past L1; the
-     * tail piece puts acc into the idle ring, waits for the flags and adds the partial there */
-    assert_int_equal(count(s, "STG.E.128.STRONG.GPU"), 32);
-    assert_int_equal(count(s, "STS.128"), 32);
-    assert_true(count(s, "NANOSLEEP") >= 1);
-    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
+    assert_int_equal(count(s, "LDL"), 0);
+    assert_int_equal(count(s, "STL"), 0);
     free(s);
-    s = sass_of(ctx90, &gate, "SPLIT=0");
-    assert_non_null(s);
-    assert_int_equal(count(s, "WARPGROUP.ARRIVE"), 1);
-    assert_int_equal(count(s, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1);
-    assert_int_equal(count(s, "STS.128") + count(s, "STG.E.128") + count(s, "NANOSLEEP"), 0);
-    assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
-    free(s);
-    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0");
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=1,CLUSTER=1");
     assert_non_null(s);
     assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);
     assert_true(count(s, "LDGSTS") >= 2);
     assert_int_equal(count(s, "UTMALDG"), 0);
     assert_int_equal(count(s, "LDL") + count(s, "STL"), 0);
     free(s);
-    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1,SPLIT=0");
+    s = sass_of(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=0,CLUSTER=1");
     assert_non_null(s);
     assert_true(count(s, "HMMA.16816.F32.BF16") >= 32);
     assert_int_equal(count(s, "HGMMA"), 0);
@@ -396,17 +380,13 @@ static void expect_invalid(sj_context *ctx, const sj_problem *p, const char *cfg
 static void test_invalid_configs(void **state)
 {
     sj_problem gate = gate_problem(SJ_DTYPE_F16, 4096, 11008, 4096, 128, 16);
-    const char *wg1 = "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0";
+    const char *wg1 = "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1";
     expect_invalid(ctx80, &gate, wg1, "needs sm_90a");
-    expect_invalid(ctx90, &gate, "BM=128,BN=64,BK=64,WM=64,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1,SPLIT=0", "multiple of T=128");
-    expect_invalid(ctx90, &gate, "BM=256,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=0,CLUSTER=1,SPLIT=0", "warps");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0", "shared memory");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0", "BK=64");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=2,SPLIT=0", "needs WG=2");
-    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=1",
-                   "SPLIT=1 needs WG=2");
-    expect_invalid(ctx90, &gate, "SPLIT=2", "SPLIT must be 0 or 1");
-    expect_invalid(ctx90, &gate, "STAGES=2", "stages are too few"); /* SPLIT=1 stages the 128 KB tile in the ring */
+    expect_invalid(ctx90, &gate, "BM=128,BN=64,BK=64,WM=64,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1", "multiple of T=128");
+    expect_invalid(ctx90, &gate, "BM=256,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=0,CLUSTER=1", "warps");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=5,GROUP_M=8,WG=1,CLUSTER=1", "shared memory");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=32,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1", "BK=64");
+    expect_invalid(ctx90, &gate, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=2", "needs WG=2");
     sj_problem t64 = gate_problem(SJ_DTYPE_F16, 256, 1024, 256, 64, 8);
     expect_invalid(ctx90, &t64, "BM=64,BN=64,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=2,CLUSTER=2", "multiple of 128");
     sj_problem odd = gate_problem(SJ_DTYPE_F16, 64, 1024, 100, 128, 16);
@@ -415,7 +395,7 @@ static void test_invalid_configs(void **state)
     gate_out.out_dtype = SJ_DTYPE_F32;
     expect_invalid(ctx90, &gate_out, NULL, "out_dtype must equal dtype");
     sj_problem t100 = gate_problem(SJ_DTYPE_F16, 64, 1024, 64, 100, 16);
-    expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1,SPLIT=0", "multiple of T=100");
+    expect_invalid(ctx90, &t100, "BM=64,BN=128,BK=64,WM=32,WN=32,STAGES=3,GROUP_M=8,WG=0,CLUSTER=1", "multiple of T=100");
 
     sj_problem ffn = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 8192, 4096, 11008, 128, 16);
     expect_invalid(ctx90, &ffn, "WARPS=8,NT=2,ROUND=16384,UCAP=512,STAGES=4,PIPE=0", "accumulators");
@@ -818,8 +798,8 @@ static void test_gate_and_ffn_gpu(void **state)
         if (i == 0 || i == 2) { /* the other main loops: one consumer warpgroup, no cluster, wgmma over cp.async, mma.sync */
             const char *gate_configs[] = { "BM=64,BN=128,BK=64,WM=64,WN=32,STAGES=5,GROUP_M=16,WG=2,CLUSTER=2",
                                            "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=1,WG=2,CLUSTER=1",
-                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1,SPLIT=0",
-                                           "BM=64,BN=128,BK=32,WM=32,WN=32,STAGES=3,GROUP_M=1,WG=0,CLUSTER=1,SPLIT=0" };
+                                           "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=3,GROUP_M=8,WG=1,CLUSTER=1",
+                                           "BM=64,BN=128,BK=32,WM=32,WN=32,STAGES=3,GROUP_M=1,WG=0,CLUSTER=1" };
             for (int c = 0; c < 4; c++) free(gate_and_check(ctx, &d, &H, gate_configs[c], &overflow));
         }
         uint16_t *dense = gate_and_check(ctx, &d, &H, NULL, &overflow);
@@ -879,51 +859,6 @@ static void test_gate_tile_widths_gpu(void **state)
     free_data(ctx, &d);
 }
 
-/* The gate's stream-K schedule (SPLIT=1, templates/twell_gate.lua): shapes whose units leave the
- * last wave part-filled, so the last waves' units are cut into head and tail pieces that pass
- * partial tiles through the workspace: all in stream-K (72 units of 128 x 256 pairs on 66
- * clusters), one wave round robin and the rest split (144 units), on one and two consumer
- * warpgroups, with and without clusters, ragged in every dimension (k slices past K load
- * zeros). Each default launch runs twice, so the second one runs on the flags the first reset,
- * and the FFN's pairs kernel runs in between on its own scratch. */
-static void test_gate_split_gpu(void **state)
-{
-    sj_context *ctx;
-    TU_REQUIRE_GPU(ctx);
-    const struct { int64_t M, D, F; double sparsity; } cases[] = { { 2085, 328, 2000, 0.90 }, { 3000, 136, 2900, 0.99 } };
-    for (int i = 0; i < 2; i++) {
-        ffn_data d;
-        make_data(ctx, &d, i ? SJ_DTYPE_BF16 : SJ_DTYPE_F16, cases[i].M, cases[i].D, cases[i].F, cases[i].sparsity);
-        sj_twell_layout l;
-        SJ_ASSERT_OK(sj_twell_layout_init(&l, d.dt, d.M, d.F, 128, 16));
-        sj_twell_device H;
-        SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
-        int64_t overflow;
-        sj_problem gp;
-        SJ_ASSERT_OK(sj_twell_gate_problem(&l, d.D, &gp));
-        sj_generated *g = NULL;
-        SJ_ASSERT_OK(sj_generate(ctx, &gp, NULL, &g));
-        assert_non_null(strstr(g->config, "SPLIT=1"));
-        assert_true(g->grid[0] < (unsigned)(2 * ((d.M + 255) / 256) * ((d.F + 255) / 256))); /* persistent: fewer CTAs than tiles */
-        sj_generated_free(g);
-        free(gate_and_check(ctx, &d, &H, NULL, &overflow));
-        if (i == 0) {
-            assert_true(overflow > 0);
-            free(gate_and_check(ctx, &d, &H, "BM=128,BN=256,WM=64,WN=64,STAGES=4,GROUP_M=1,CLUSTER=1,SPLIT=1", &overflow));
-            free(gate_and_check(ctx, &d, &H, "BM=64,BN=128,WM=64,WN=32,STAGES=5,GROUP_M=16,CLUSTER=2,SPLIT=1", &overflow));
-            free(gate_and_check(ctx, &d, &H, "SPLIT=0", &overflow));
-        }
-        uint16_t *dense = gate_and_check(ctx, &d, &H, NULL, &overflow);
-        double *ref = ffn_reference(&d, dense);
-        ffn_and_check(ctx, &d, &H, ref, d.dt, PAIRS_MMA "WARPS=16,UT=512,STAGES=3");
-        free(gate_and_check(ctx, &d, &H, NULL, &overflow));
-        free(ref);
-        free(dense);
-        SJ_ASSERT_OK(sj_twell_device_free(ctx, &H));
-        free_data(ctx, &d);
-    }
-}
-
 /* The FFN over a host-built TwELL (independent of the gate) whose small C makes nearly every
  * tile overflow into the spill. */
 static void test_ffn_overflow_gpu(void **state)
@@ -969,7 +904,6 @@ int main(void)
         cmocka_unit_test(test_api_checks),
         cmocka_unit_test(test_gate_and_ffn_gpu),
         cmocka_unit_test(test_gate_tile_widths_gpu),
-        cmocka_unit_test(test_gate_split_gpu),
         cmocka_unit_test(test_ffn_overflow_gpu),
     };
     return TU_RUN_TESTS(tests, setup, teardown);

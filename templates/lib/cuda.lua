@@ -27,13 +27,6 @@ __device__ __forceinline__ sj_u32 sj_pack_f16x2(float a, float b) {
 __device__ __forceinline__ sj_u32 sj_pack_bf16x2(float a, float b) {
   sj_u32 r; asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(a), "f"(b)); return r; }
 
-/* A flag another CTA of this launch sets: gpu-scope acquire, so what the setter wrote before
- * its release is visible after a non-zero read. */
-__device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
-  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
-__device__ __forceinline__ void sj_st_release(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory"); }
-
 __device__ __forceinline__ sj_u32 sj_smem_addr(const void *p) {
   return (sj_u32)__cvta_generic_to_shared(p); }
 /* 16-byte async copy global -> shared; src_bytes < 16 zero-fills the rest (ragged edges). */

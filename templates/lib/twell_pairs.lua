@@ -336,6 +336,9 @@ $ end
 -- The kernel: a ticket picks the item, an up item counts itself done, a down item waits for its
 -- token tile's up items.
 local function render_entry(env) return emit.render(here(), [[
+__device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
+  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
     const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
