@@ -5,9 +5,10 @@
 # writes CSV/logs to $OUT (default bench/out), and prints a short table last.
 #
 #   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick | --lean] [--only tests|bench]
-# --quick: the largest V:N:M shape only, fewer TwELL cases, 3 tuner seeds; --lean (a short device
-# lease, ~5 min on an H200): also only the test programs that use the GPU, f16 V:N:M, 99%/99.9%
-# TwELL at 8192 tokens (and 2048 at 99%), and no tuner comparison (bench/tune_compare.sh).
+# --quick: the largest V:N:M shape only, fewer TwELL cases, 3 tuner seeds; --lean (one device
+# call, ~7 min on an H200): also only the test programs that use the GPU, f16 V:N:M with V=128,
+# 99%/99.9% TwELL at 8192 tokens (and 2048 at 99%), no FFN algorithm comparison and no tuner
+# comparison (bench/tune_compare.sh). bench.log has every bench row's wall time.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=""
@@ -74,14 +75,19 @@ fi
 
 csv="$out/bench.csv"
 "$cli" bench --op gemm --shape 64x64x64 --csv-header --rounds 1 --no-cublas 2>/dev/null | head -1 >"$csv"
-bench() { "$cli" bench --csv "$@" 2>>"$out/bench.log" | tail -1 >>"$csv" || echo "bench $* failed" | tee -a "$out/bench.log"; }
+# Each row's wall time goes to bench.log (input generation and the host reference dominate the big shapes).
+bench() {
+  local start; start=$(date +%s.%N)
+  "$cli" bench --csv "$@" 2>>"$out/bench.log" | tail -1 >>"$csv" || echo "bench $* failed" | tee -a "$out/bench.log"
+  awk -v a="$start" -v b="$(date +%s.%N)" -v c="$*" 'BEGIN{printf "bench %s: %.1f s\n", c, b - a}' >>"$out/bench.log"
+}
 for dt in f16 bf16; do
   bench --op gemm --shape 4096x4096x4096 --dtype $dt
   bench --op gemm --shape 8192x8192x8192 --dtype $dt
 done
 if [ $quick -eq 1 ]; then
   vnm_shapes="28672x8192x8192"; vnm_v="64 128"; dtypes="f16 bf16"
-  [ $lean -eq 1 ] && dtypes="f16"
+  [ $lean -eq 1 ] && { dtypes="f16"; vnm_v="128"; }   # rows take 3-30 s each, mostly host-side data
 else
   vnm_shapes="4096x4096x4096 11008x8192x4096 4096x8192x11008 28672x8192x8192"; vnm_v="64 128"; dtypes="f16 bf16"
 fi
@@ -103,15 +109,17 @@ for sp in 0.95 0.99; do
 done
 # At 95% and 99% the default is the pairs kernel on tensor cores (ALGO=2); the token-block kernel
 # (ALGO=0, the default elsewhere) and the CUDA-core pairs kernel (ALGO=1) in the same run.
-blocks="ALGO=0,NT=1,PERSIST=0,PIPE=0,ROUND=16384,SLOTS=16,STAGES=4,UCAP=512,UT=1024,WARPS=8"
-pairs="ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0"
-for sp in 0.95 0.99; do
-  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --config $blocks
-done
-bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
-bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
-# ALGO=2 at 99.9%, where the default switches to ALGO=0 (templates/twell_ffn.lua, default_pairs)
-bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.999 --config ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3
+if [ $lean -eq 0 ]; then
+  blocks="ALGO=0,NT=1,PERSIST=0,PIPE=0,ROUND=16384,SLOTS=16,STAGES=4,UCAP=512,UT=1024,WARPS=8"
+  pairs="ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0"
+  for sp in 0.95 0.99; do
+    bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --config $blocks
+  done
+  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
+  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
+  # ALGO=2 at 99.9%, where the default switches to ALGO=0 (templates/twell_ffn.lua, default_pairs)
+  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.999 --config ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3
+fi
 # The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.
 for dt in $dtypes; do for shape in 2048x5632x2048 8192x11008x4096; do
   bench --op twell-gate --shape "$shape" --dtype $dt --sparsity 0.99
