@@ -25,8 +25,9 @@
 -- writes TwELL from its accumulators (below), so the producer fills the ring with the next
 -- tile while the consumers finish this one.
 --
--- Epilogue (WG=2): per (row, T-wide tile) the 4 lanes that hold a row exchange masks of their
--- non-zeros; an entry's slot is the count of the row's non-zeros at smaller columns.
+-- Epilogue (WG=2): per row the 4 lanes that hold it exchange masks of their non-zeros; each
+-- lane then walks its own set bits, and an entry's slot is the count of its tile's non-zeros
+-- at smaller columns.
 -- Epilogue (WG=0/1): ReLU, round to the input dtype, stage the BM x BN tile in shared memory; then one
 -- warp per (row, T-wide tile) -- BN is a multiple of T, so the CTA owns whole tiles -- counts
 -- the non-zeros (prefix sum over lanes), writes the first C as entries in column order, the
@@ -370,8 +371,9 @@ $ end
        * non-zero's slot is the count of its tile's non-zeros at smaller columns: all four lanes'
        * at the tile's earlier chunks, lanes below t4 at chunk j, and its own e = 0 neighbour.
        * Every element costs a few independent instructions (all masks are built, then all
-       * exchanged); only non-zeros take the slower path. The tensor cores idle meanwhile (the
-       * consumers are the only warps that issue wgmmas), so every instruction here counts. */
+       * exchanged); then each lane visits only its own non-zeros. The tensor cores idle
+       * meanwhile (the consumers are the only warps that issue wgmmas), so every instruction
+       * here counts. */
       sj_u32 v[2][BN / 8], mine[2][SEGS], q[2][SEGS][4];
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -394,36 +396,60 @@ $ end
       for (int h = 0; h < 2; h++) {
         const int row = m0 + r0 + 8 * h;
         if (row >= M) continue;
+        unsigned* row_entries = entries + (size_t)row * n_tiles * CAP;
+        /* Each lane walks only its own non-zeros (__ffs), so a warp's time follows its busiest
+         * lane's count, not the number of chunks holding any non-zero: at 99% sparsity a lane
+         * has under one non-zero per row, while about half of the chunks hold one somewhere in
+         * the warp. A non-zero's value comes from the unrolled v[] through a select tree
+         * (a dynamic index would put v in local memory). */
+#pragma unroll
+        for (int s = 0; s < SEGS; s++) {
+          /* a tile of 32 chunks spans two segments: its non-zeros in the first come before */
+          const int carry = (TT / 8 > 16 && (s & 1))
+              ? __popc(q[h][s ^ 1][0]) + __popc(q[h][s ^ 1][1]) + __popc(q[h][s ^ 1][2]) + __popc(q[h][s ^ 1][3]) : 0;
+          sj_u32 left = mine[h][s];
+          while (left) {
+            const int b = __ffs(left) - 1, jl = b & 15, e = b >> 4;
+            left &= left - 1;
+            /* the tile's chunks in this segment start at lo */
+            const int lo = TT / 8 >= 16 ? 0 : jl & ~(TT / 8 - 1);
+            const sj_u32 below = ((1u << jl) - (1u << lo)) * 0x10001u, upto = below | (0x10001u << jl);
+            int pos = carry + e * ((mine[h][s] >> jl) & 1);   /* a high half follows its low half */
+#pragma unroll
+            for (int t = 0; t < 4; t++) pos += __popc(q[h][s][t] & (t < t4 ? upto : below));
+            if (pos < CAP) {
+              sj_u32 pick[16];
+#pragma unroll
+              for (int k = 0; k < 16; k++) pick[k] = 16 * s + k < BN / 8 ? v[h][16 * s + k] : 0u;
+#pragma unroll
+              for (int k = 0; k < 8; k++) pick[k] = jl & 8 ? pick[k + 8] : pick[k];
+#pragma unroll
+              for (int k = 0; k < 4; k++) pick[k] = jl & 4 ? pick[k + 4] : pick[k];
+#pragma unroll
+              for (int k = 0; k < 2; k++) pick[k] = jl & 2 ? pick[k + 2] : pick[k];
+              const sj_u32 pair = jl & 1 ? pick[1] : pick[0];
+              const int j = 16 * s + jl, tile = n0 / TT + j / (TT / 8);
+              row_entries[tile * CAP + pos] =
+                  sj_twell_entry(8 * (j % (TT / 8)) + 2 * t4 + e, (unsigned short)(pair >> (16 * e)));
+            }
+          }
+        }
+        /* per tile: the true count, and on overflow the whole tile densely into the spill */
 #pragma unroll
         for (int tl = 0; tl < BN / TT; tl++) {
           const int tile = n0 / TT + tl;
           if (tile >= n_tiles) continue;
-          unsigned* slots = entries + ((size_t)row * n_tiles + tile) * CAP;
-          int before = 0;              /* the tile's non-zeros in its earlier segments */
+          int count = 0;
 #pragma unroll
-          for (int jj = 0; jj < TT / 8; jj++) {
-            /* chunk j is bit jl of segment s; the tile's chunks in s start at lo */
-            const int j = tl * (TT / 8) + jj, s = j / 16, jl = j % 16, lo = jj > jl ? 0 : jl - jj;
-            if (mine[h][s] & (0x10001u << jl)) {
-              const sj_u32 below = ((1u << jl) - (1u << lo)) * 0x10001u, upto = below | (0x10001u << jl);
-              int pos = before;
-#pragma unroll
-              for (int t = 0; t < 4; t++) pos += __popc(q[h][s][t] & (t < t4 ? upto : below));
-              const int col = 8 * jj + 2 * t4;
-              if (mine[h][s] & (1u << jl)) {
-                if (pos < CAP) slots[pos] = sj_twell_entry(col, (unsigned short)v[h][j]);
-                pos++;
-              }
-              if ((mine[h][s] & (0x10000u << jl)) && pos < CAP) slots[pos] = sj_twell_entry(col + 1, (unsigned short)(v[h][j] >> 16));
-            }
-            if (jl == 15 || jj == TT / 8 - 1) {   /* the segment's last chunk of this tile */
-              const sj_u32 in_tile = ((2u << jl) - (1u << lo)) * 0x10001u;
-              before += __popc(q[h][s][0] & in_tile) + __popc(q[h][s][1] & in_tile) +
-                        __popc(q[h][s][2] & in_tile) + __popc(q[h][s][3] & in_tile);
-            }
+          for (int s = 0; s < SEGS; s++) {
+            const int first = tl * (TT / 8) - 16 * s, last = first + TT / 8;   /* chunk range in s */
+            if (last <= 0 || first >= 16) continue;
+            const sj_u32 in_tile = ((last >= 16 ? 0x10000u : 1u << last) - (1u << (first < 0 ? 0 : first))) * 0x10001u;
+            count += __popc(q[h][s][0] & in_tile) + __popc(q[h][s][1] & in_tile) +
+                     __popc(q[h][s][2] & in_tile) + __popc(q[h][s][3] & in_tile);
           }
-          if (t4 == 0) counts[(size_t)row * n_tiles + tile] = before;
-          if (before > CAP) {          /* overflow: the whole tile, densely, into the spill */
+          if (t4 == 0) counts[(size_t)row * n_tiles + tile] = count;
+          if (count > CAP) {
             T* sp = spill + (size_t)row * N + (size_t)tile * TT;
 #pragma unroll
             for (int jj = 0; jj < TT / 8; jj++) {
