@@ -15,8 +15,8 @@
 --
 -- Both phases: warp w of a token tile owns its 32 tokens (lane = token), in 4 groups of 8 lanes.
 -- The up item deals a group's pairs in its unit tile to slots in rounds of GQ (4 m-tiles of 16);
--- a slot is a 32-bit word (value bits << 16) | (token in group << 12) | row code (sj_row_code of
--- its unit in the unit tile), the value being h while the up product runs and p = h * u once it
+-- a slot is a 32-bit word (value bits << 16) | row code (sj_row_code of its unit in the unit
+-- tile) | token in group, the value being h while the up product runs and p = h * u once it
 -- is done; padding slots name token 8 (no token) and a row of the residue their place wants
 -- (their products are dropped or zero). The up item then writes the group's slots, p included,
 -- to the workspace, and the down items read them as they are: a down stage is a unit tile
@@ -105,10 +105,16 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
   *total = __shfl_sync(FULL, incl, 7, 8);
 }
 
-/* A slot word's low 12 bits: its row u of the unit tile as u * 8 + (u & 7), i.e. the row's byte
- * offset / 16 in a down stage with the swizzle's XOR already in (128-byte rows: chunk c of row u
- * sits at u * 128 + ((c ^ (u & 7)) << 4)); u is code >> 3, the residue code & 7. */
-__device__ __forceinline__ unsigned sj_row_code(int u) { return ((unsigned)u << 3) | ((unsigned)u & 7u); }
+/* A slot word's bits 4-15: its row u of the unit tile as u * 128 + ((u & 7) << 4), i.e. the row's
+ * byte offset in a down stage with the swizzle's XOR key in bits 4-6 (128-byte rows: chunk c of
+ * row u sits at u * 128 + ((c ^ (u & 7)) << 4)); u is code >> 7, the residue (code >> 4) & 7.
+ * Bits 0-3 hold the slot's token in its group (8: none). Why this layout: the down product's
+ * address is then one LOP3 ((w & 0xfff0) ^ lane offset) and its token test one more ((w ^ me) &
+ * 15), where a code in bits 0-11 and the token in 12-15 cost a shift for each. */
+__device__ __forceinline__ unsigned sj_row_code(int u) { return ((unsigned)u << 7) | (((unsigned)u & 7u) << 4); }
+__device__ __forceinline__ int sj_slot_res(unsigned w) { return (int)((w >> 4) & 7u); }
+__device__ __forceinline__ int sj_slot_row(unsigned w) { return (int)((w & 0xffffu) >> 7); }
+__device__ __forceinline__ unsigned sj_slot_tok(unsigned w) { return w & 15u; }
 
 /* The block position that wants residue r (row & 7 == r): residues 0 3 4 7 1 2 5 6 at positions
  * 0-7, so that positions 2i, 2i + 1 differ in r & 1, and positions 0-3, and 4-7, in r >> 1. */
@@ -137,7 +143,7 @@ __device__ __forceinline__ void sj_slots_place(unsigned* sw, int* tab, int ng, i
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < nb && tl + 8 * j < ng) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&tab[w[j] & 7u], 1); }
+    if (j < nb && tl + 8 * j < ng) { w[j] = sw[tl + 8 * j]; rank[j] = atomicAdd(&tab[sj_slot_res(w[j])], 1); }
   __syncwarp();
   /* lane tl owns residue tl: its count, overflow and free positions, before and after the twins */
   const int c = tab[tl], c_twin = __shfl_xor_sync(FULL, c, 1, 8);
@@ -163,7 +169,7 @@ __device__ __forceinline__ void sj_slots_place(unsigned* sw, int* tab, int ng, i
 #pragma unroll
   for (int j = 0; j < 8; j++)
     if (j < nb && tl + 8 * j < ng) {
-      const int r = (int)(w[j] & 7u), o = rank[j] - nb;
+      const int r = sj_slot_res(w[j]), o = rank[j] - nb;
       int block = rank[j], res = r;                   /* the block, and the residue whose place it takes */
       if (o >= 0 && o < tab[4 * r + 1]) {
         res = r ^ 1;
@@ -178,7 +184,7 @@ __device__ __forceinline__ void sj_slots_place(unsigned* sw, int* tab, int ng, i
       sw[block * 8 + sj_res_pos(res)] = w[j];
     }
   for (int j = max(0, over_total - room_pre); j < room2; j++)
-    sw[(c + from_twin + j) * 8 + sj_res_pos(tl)] = (8u << 12) | sj_row_code(tl);
+    sw[(c + from_twin + j) * 8 + sj_res_pos(tl)] = sj_row_code(tl) | 8u;
   __syncwarp();
 }
 
@@ -258,10 +264,10 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     if (a < b)
       sj_tile_pairs(entries, counts, spill, t, n_tiles, tile0, tile1, F, a, b,
                     [&](int idx, int u, unsigned short bits) {
-                      sw[g * GQ + pre + idx - lo] = ((unsigned)bits << 16) | ((unsigned)tl << 12) | sj_row_code(u);
+                      sw[g * GQ + pre + idx - lo] = ((unsigned)bits << 16) | sj_row_code(u) | (unsigned)tl;
                     });
     const int ng = max(0, min(GQ, gtot - lo)), np = (ng + 15) & ~15;
-    for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = (8u << 12) | sj_row_code(s & 7);
+    for (int s = ng + tl; s < GQ; s += 8) sw[g * GQ + s] = sj_row_code(s & 7) | 8u;
     __syncwarp();
     sj_slots_place(sw + g * GQ, tab, ng, np, tl);
     if (!__syncthreads_or(ng > 0)) break;             /* every slot is written */
@@ -277,8 +283,8 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
     for (int q = 0; q < 4; q++)
 #pragma unroll
       for (int m = 0; m < 4; m++)
-        arow[q][m] = sj_sw64((int)((sw[q * GQ + m * 16 + (lane >> 2)] & 0xfffu) >> 3), lane & 3) |
-                     (sj_sw64((int)((sw[q * GQ + m * 16 + 8 + (lane >> 2)] & 0xfffu) >> 3), lane & 3) << 16);
+        arow[q][m] = sj_sw64(sj_slot_row(sw[q * GQ + m * 16 + (lane >> 2)]), lane & 3) |
+                     (sj_sw64(sj_slot_row(sw[q * GQ + m * 16 + 8 + (lane >> 2)]), lane & 3) << 16);
     float acc[4][4][4];
 #pragma unroll
     for (int q = 0; q < 4; q++)
@@ -317,7 +323,7 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
           for (int c = 0; c < 4; c++) {
             const int s = q * GQ + m * 16 + (lane >> 2) + (c >> 1) * 8;
             const unsigned w = sw[s];
-            if (((w >> 12) & 15u) == (unsigned)(2 * (lane & 3) + (c & 1))) {
+            if (sj_slot_tok(w) == (unsigned)(2 * (lane & 3) + (c & 1))) {
               const float p = acc[q][m][c] * ${to_f32}((T)(w >> 16));
               sw[s] = ((unsigned)${from_f32}(p) << 16) | (w & 0xffffu);
             }
@@ -381,7 +387,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
    * product per m-tile, the same A). Why not ldmatrix.trans: it reads 8 slots' rows a pass, which
    * collide in some bank group ~1.5 times in 2; here a pass is 4 slots (sj_slots_place). A
    * lane's bytes of row u: u * 128 + (((4 m + (lane >> 3)) ^ (u & 7)) << 4) + 8 ((lane >> 2) & 1),
-   * i.e. (row code << 4) ^ lane_off ^ (m * 64). */
+   * i.e. (slot word & 0xfff0) ^ lane_off ^ (m * 64). */
   const unsigned me = (unsigned)(lane >> 2);
   const unsigned lane_off = ((unsigned)(lane >> 3) << 4) | ((unsigned)((lane >> 2) & 1) << 3);
   /* the warp's 4 group counts of a stage; those of the next stage are loaded one stage ahead */
@@ -422,25 +428,36 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
         /* k-tiles of 8 slots over all np of the round: sj_slots_place may put a pair anywhere in them */
         const int ks_end = ((max(0, min(GQ, tot[q] - lo)) + 15) & ~15) >> 3;
         /* a k-tile's slot words: this lane's 2 (slots q and q + 4 of the 8, q = lane & 3), for B
-         * and for the rows it loads; the next k-tile's are read while this one's mma run */
+         * and for the rows it loads. ks_end is even (np is a multiple of 16), so k-tiles go in
+         * pairs with no odd tail tested inside the loop; the next pair's words are read while
+         * this pair's mma run. Rolled: unrolled over its at most 4 pairs the loop saves 2
+         * instructions a pair and grows to ~1000 per group. */
         const unsigned* sq = sw + q * GQ + (lane & 3);
-        unsigned wa = 0u, wb = 0u;
-        if (ks_end > 0) { wa = sq[0]; wb = sq[4]; }
-        for (int ks = 0; ks < ks_end; ks++) {
-          /* B: k = (slot, column parity), so the two columns of a 32-bit pair of Wd need no
-           * transposition: the even product takes p on parity 0, the odd one on parity 1 */
-          const unsigned pa = ((wa >> 12) & 15u) == me ? (wa & 0xffff0000u) : 0u;
-          const unsigned pb = ((wb >> 12) & 15u) == me ? (wb & 0xffff0000u) : 0u;
-          const sj_u32 b_even[2] = { pa >> 16, pb >> 16 }, b_odd[2] = { pa, pb };
-          const sj_u32 ra = st + (((wa & 0xfffu) << 4) ^ lane_off), rb = st + (((wb & 0xfffu) << 4) ^ lane_off);
-          if (ks + 1 < ks_end) { wa = sq[(ks + 1) * 8]; wb = sq[(ks + 1) * 8 + 4]; }
+        unsigned wn[4] = { 0u, 0u, 0u, 0u };
+        if (ks_end > 0) { wn[0] = sq[0]; wn[1] = sq[4]; wn[2] = sq[8]; wn[3] = sq[12]; }
+#pragma unroll 1
+        for (int ks = 0; ks < ks_end; ks += 2) {
+          const unsigned w[4] = { wn[0], wn[1], wn[2], wn[3] };
+          if (ks + 2 < ks_end) {
+            wn[0] = sq[(ks + 2) * 8]; wn[1] = sq[(ks + 2) * 8 + 4];
+            wn[2] = sq[(ks + 3) * 8]; wn[3] = sq[(ks + 3) * 8 + 4];
+          }
 #pragma unroll
-          for (int m = 0; m < 2; m++) {
-            sj_u32 af[4];
-            sj_lds64(af, ra ^ (m * 64));
-            sj_lds64(af + 2, rb ^ (m * 64));
-            sj_mma_16816(acc[q][2 * m], af, b_even);
-            sj_mma_16816(acc[q][2 * m + 1], af, b_odd);
+          for (int h = 0; h < 2; h++) {
+            const unsigned wa = w[2 * h], wb = w[2 * h + 1];
+            /* B: k = (slot, column parity), so the two columns of a 32-bit pair of Wd need no
+             * transposition: the even product takes p on parity 0, the odd one on parity 1 */
+            const unsigned pa = ((wa ^ me) & 15u) == 0u ? wa : 0u, pb = ((wb ^ me) & 15u) == 0u ? wb : 0u;
+            const sj_u32 b_even[2] = { pa >> 16, pb >> 16 }, b_odd[2] = { pa & 0xffff0000u, pb & 0xffff0000u };
+            const sj_u32 ra = st + ((wa & 0xfff0u) ^ lane_off), rb = st + ((wb & 0xfff0u) ^ lane_off);
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+              sj_u32 af[4];
+              sj_lds64(af, ra ^ (m * 64));
+              sj_lds64(af + 2, rb ^ (m * 64));
+              sj_mma_16816(acc[q][2 * m], af, b_even);
+              sj_mma_16816(acc[q][2 * m + 1], af, b_odd);
+            }
           }
         }
       }
