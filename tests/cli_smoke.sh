@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_smoke.sh: the CLI on any machine: help for every command, info without a GPU, gen of
-# every op's default kernel, and clear errors (exit 2) for bad options; with a GPU, a tuned
-# winner reaching bench and the TwELL bench's output check.
+# every op's default kernel, clear errors (exit 2) for bad options, bench/ab_compare.sh on
+# stand-in CLIs; with a GPU, a tuned winner reaching bench, the TwELL bench's output check and
+# ab_compare on the real CLI.
 set -u
 cli="$1"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -41,6 +42,29 @@ tmp=$(mktemp -d)
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "cache clear without --yes must exit 2 (got $rc: $out)"
 rm -rf "$tmp"
+# bench/ab_compare.sh: bad arguments exit 2 naming them
+ab="$(dirname "$0")/../bench/ab_compare.sh"
+out=$(bash "$ab" "$cli" /nonexistent/sparsejit </dev/null 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "/nonexistent/sparsejit is not an executable" || fail "ab_compare with a missing CLI (got $rc: $out)"
+out=$(bash "$ab" "$cli" "$cli" --pairs 0 </dev/null 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "pairs takes a positive integer, got '0'" || fail "ab_compare --pairs 0 (got $rc: $out)"
+# ... and on two stand-in CLIs that print a bench CSV row with a fixed time each, it runs every
+# row in both orders, skips comments and blank lines, and reports B's change against A
+tmp=$(mktemp -d)
+for b in a:100 b:90; do
+  {
+    echo '#!/usr/bin/env bash'
+    echo 'case " $* " in *" --csv-header "*) echo "gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,cublas_us,cublas_tflops,speedup,check_rel_err" ;; esac'
+    echo "echo 'H,twell-gate,f16,f16,2048,5632,2048,0.99@T128:C16,\"BM=128,BN=256\",default,1,jit,${b#*:},1,1,1,72,1,0.8,1e-4'"
+  } >"$tmp/${b%%:*}"
+  chmod +x "$tmp/${b%%:*}"
+done
+table=$(printf -- '# a comment\n--op twell-gate --shape 2048x5632x2048\n\n' | bash "$ab" "$tmp/a" "$tmp/b" --pairs 2 --csv "$tmp/ab.csv" 2>/dev/null) ||
+  fail "ab_compare on stand-in CLIs: $table"
+echo "$table" | grep -qF '| twell-gate f16 2048x5632x2048 0.99@T128:C16 BM=128,BN=256 | 100.0 | 90.0 | -10.0% | 0.80x | 0.80x | 2/2 |' ||
+  fail "ab_compare table: $table"
+[ "$(tail -n +2 "$tmp/ab.csv" | cut -c1-4 | tr -d '\n')" = "A,1,B,1,B,1,A,1," ] || fail "ab_compare must alternate the order: $(cat "$tmp/ab.csv")"
+rm -rf "$tmp"
 # With a GPU: a bench row comes from the tuned winner once there is one, and every bench
 # checks its output (check_rel_err, the last CSV column) before it reports a time.
 if "$cli" info --json | grep -q '"has_gpu":true'; then
@@ -58,6 +82,9 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench vnm-spmm must report its check: $row"
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
   echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
+  table=$(printf -- '--op gemm --shape 264x136x200 --rounds 1\n' | bash "$ab" "$cli" "$cli" --pairs 1 --csv "$tmp/ab.csv" 2>&1) ||
+    fail "ab_compare on a gemm row: $table"
+  echo "$table" | grep -qE '^\| gemm .*\| [+-][0-9.]+% \| .*\| 1/1 \|$' || fail "ab_compare must print the change per row: $table"
   rm -rf "$tmp"
 fi
 echo "cli smoke: ok"
