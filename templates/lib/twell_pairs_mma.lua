@@ -109,8 +109,8 @@ __device__ __forceinline__ void sj_group_prefix(int n, int tl, int* pre, int* to
  * byte offset in a down stage with the swizzle's XOR key in bits 4-6 (128-byte rows: chunk c of
  * row u sits at u * 128 + ((c ^ (u & 7)) << 4)); u is code >> 7, the residue (code >> 4) & 7.
  * Bits 0-3 hold the slot's token in its group (8: none). Why this layout: the down product's
- * address is then one LOP3 ((w & 0xfff0) ^ lane offset) and its token test one more ((w ^ me) &
- * 15), where a code in bits 0-11 and the token in 12-15 cost a shift for each. */
+ * address is then one LOP3 ((w & 0xfff0) ^ lane offset) and its token test one more (w & 15 vs
+ * the lane's token), where a code in bits 0-11 and the token in 12-15 cost a shift for each. */
 __device__ __forceinline__ unsigned sj_row_code(int u) { return ((unsigned)u << 7) | (((unsigned)u & 7u) << 4); }
 __device__ __forceinline__ int sj_slot_res(unsigned w) { return (int)((w >> 4) & 7u); }
 __device__ __forceinline__ int sj_slot_row(unsigned w) { return (int)((w & 0xffffu) >> 7); }
@@ -447,7 +447,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
             const unsigned wa = w[2 * h], wb = w[2 * h + 1];
             /* B: k = (slot, column parity), so the two columns of a 32-bit pair of Wd need no
              * transposition: the even product takes p on parity 0, the odd one on parity 1 */
-            const unsigned pa = ((wa ^ me) & 15u) == 0u ? wa : 0u, pb = ((wb ^ me) & 15u) == 0u ? wb : 0u;
+            const unsigned pa = sj_slot_tok(wa) == me ? wa : 0u, pb = sj_slot_tok(wb) == me ? wb : 0u;
             const sj_u32 b_even[2] = { pa >> 16, pb >> 16 }, b_odd[2] = { pa & 0xffff0000u, pb & 0xffff0000u };
             const sj_u32 ra = st + ((wa & 0xfff0u) ^ lane_off), rb = st + ((wb & 0xfff0u) ^ lane_off);
 #pragma unroll
