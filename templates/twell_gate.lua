@@ -172,6 +172,13 @@ __device__ __forceinline__ void sj_wgmma_n%d(float d[%d][4], unsigned long long 
 ]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, table.concat(regs, ","), n, n + 1, table.concat(cons, ", "))
 end
 
+-- WG=2 may split the units of a short last round into column halves (sj_gate_items below): a
+-- half is BN/2 columns, whole TwELL tiles and whole 64-row boxes of WgT per CTA of the cluster.
+local function halves(problem, cfg)
+  local half = cfg.BN // 2
+  return cfg.WG == 2 and half % (64 * cfg.CLUSTER) == 0 and half % problem.T == 0
+end
+
 local function generate(problem, cfg)
   local dt = cuda.dtype(problem.dtype)
   local warps = warps_of(cfg)
@@ -182,8 +189,9 @@ local function generate(problem, cfg)
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
     ctype = dt.ctype, pack2 = dt.pack2,
     wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
-    BAR_OFF = bar_offset(cfg),
+    BAR_OFF = bar_offset(cfg), HALVES = halves(problem, cfg) and 1 or 0,
   }
+  if env.HALVES == 1 then env.wgmma = env.wgmma .. wgmma_fn(dt, cfg.BN // 2) end
   env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d", problem.dtype, problem.T,
                             problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER)
   local src = emit.render(here(), [[
@@ -203,6 +211,7 @@ local function generate(problem, cfg)
 #define TT ${TT}
 #define CAP ${CAP}
 #define VPL ${VPL}
+#define HALVES ${HALVES}
 #define CPR (BK / 8)
 #define HS_LD (BN + 8)
 #define SEGS ((BN / 8 + 15) / 16)
@@ -254,6 +263,31 @@ __device__ __forceinline__ void sj_gate_tile(int u, int rank, int grid_m, int gr
 }
 
 $ if WG == 2 then
+/* The persistent CTAs' work items. W clusters take the units in rounds of W; when the last
+ * round would be at most half full (0 < units % W <= W / 2), its units are split into column
+ * halves of BN / 2, two items each, so that round takes about half as long and twice as many
+ * clusters share it: at 2048 x 11008 x 4096, 344 units on 66 clusters are 5 full rounds and
+ * 14 units, which become 28 halves. */
+__device__ __forceinline__ int sj_gate_items(int units, int W) {
+  const int tail = units % W;
+  return HALVES && tail > 0 && 2 * tail <= W ? units + tail : units;
+}
+
+/* Origin of item w, as sj_gate_tile; true when it is a half (columns n0 .. n0 + BN/2 - 1). */
+__device__ __forceinline__ bool sj_gate_item(int w, int units, int items, int W, int rank, int grid_m, int grid_n,
+                                             int& m0, int& n0) {
+  const int whole = units - units % W;  /* the units of full rounds */
+  if (items == units || w < whole) {
+    sj_gate_tile(w, rank, grid_m, grid_n, m0, n0);
+    return false;
+  }
+  sj_gate_tile(whole + (w - whole) / 2, rank, grid_m, grid_n, m0, n0);
+  n0 += ((w - whole) & 1) * (BN / 2);
+  return true;
+}
+$ end
+
+$ if WG == 2 then
 /* A consumer warp gives a ring slot back: to its CTA's producer and, in a cluster, to its
  * partner's, which multicasts into this CTA's copy of the slot too. */
 __device__ __forceinline__ void sj_gate_release(sj_u32 bar, int lane) {
@@ -266,6 +300,34 @@ $ else
     sj_mbar_arrive(bar);
 $ end
   }
+}
+
+/* A consumer warpgroup's k loop over one item: 64 x BN (or, for a half, 64 x BN/2 into acc's
+ * first BN/16 chunks; the rest stay zero from the last epilogue) from the ring slots, each
+ * handed back once this warp's wgmmas on it are done. `it` counts slices over all items. */
+template <bool HALF>
+__device__ __forceinline__ void sj_gate_consume(float (&acc)[BN / 8][4], int& it, int KT, sj_u32 full, sj_u32 empty,
+                                                const T* As, const T* Bs, int wg, int lane) {
+  for (int kt = 0; kt < KT; kt++, it++) {
+    const int st = it % STAGES;
+    sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
+    const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
+    sj_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ks++) {   /* the item's first product overwrites acc */
+$ if HALVES == 1 then
+      if (HALF)
+        sj_wgmma_n${BN // 2}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
+      else
+$ end
+        sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
+    }
+    sj_wgmma_commit();
+    sj_wgmma_wait<1>();            /* this warp's wgmmas of the previous slice are done ... */
+    if (kt > 0) sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);   /* ... so its slot is free */
+  }
+  sj_wgmma_wait<0>();
+  sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
 }
 $ end
 
@@ -310,23 +372,26 @@ $ else
   __syncthreads();
 $ end
   const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
+  const int items = sj_gate_items(units, unit_step);
   if (warp >= WARPS) {                 /* the producer warpgroup: one thread issues every load */
     sj_setmaxnreg_dec<40>();
     if (tid == WARPS * 32) {
       int it = 0;                      /* k slices issued so far, over all units */
-      for (int u = first_unit; u < units; u += unit_step) {
+      for (int w = first_unit; w < items; w += unit_step) {
         int m0, n0;
-        sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
+        const bool half = sj_gate_item(w, units, items, unit_step, rank, grid_m, grid_n, m0, n0);
+        const int boxes = (half ? BN / 2 : BN) / 64 / CLUSTER;   /* of WgT, per CTA */
         for (int kt = 0; kt < KT; kt++, it++) {
           const int st = it % STAGES;
           if (it >= STAGES) sj_mbar_wait(empty + 8 * st, ((it / STAGES) & 1) ^ 1);
-          sj_mbar_expect_tx(full + 8 * st, (BM + BN) * BK * 2);
+          sj_mbar_expect_tx(full + 8 * st, (BM + boxes * 64 * CLUSTER) * BK * 2);
 #pragma unroll
           for (int i = 0; i < BM / 64; i++)
             sj_tma_load_2d(sj_smem_addr(As + st * BM * BK + i * 64 * BK), &tmX, kt * BK, m0 + i * 64, full + 8 * st);
 #pragma unroll
           for (int i = 0; i < BN / 64 / CLUSTER; i++) {
-            const int r = (rank * (BN / 64 / CLUSTER) + i) * 64;
+            if (i >= boxes) break;
+            const int r = (rank * boxes + i) * 64;
 $ if CLUSTER == 2 then
             sj_tma_load_2d_multicast(sj_smem_addr(Bs + st * BN * BK + r * BK), &tmW, kt * BK, n0 + r, full + 8 * st, 3);
 $ else
@@ -346,23 +411,13 @@ $ end
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     int it = 0;
-    for (int u = first_unit; u < units; u += unit_step) {
+    for (int w = first_unit; w < items; w += unit_step) {
       int m0, n0;
-      sj_gate_tile(u, rank, grid_m, grid_n, m0, n0);
-      for (int kt = 0; kt < KT; kt++, it++) {
-        const int st = it % STAGES;
-        sj_mbar_wait(full + 8 * st, (it / STAGES) & 1);
-        const unsigned a0 = sj_smem_addr(As + st * BM * BK + wg * 64 * BK), b0 = sj_smem_addr(Bs + st * BN * BK);
-        sj_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ks++)   /* the unit's first product overwrites acc */
-          sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + ks * 32), sj_desc_sw128(b0 + ks * 32), kt > 0 || ks > 0);
-        sj_wgmma_commit();
-        sj_wgmma_wait<1>();            /* this warp's wgmmas of the previous slice are done ... */
-        if (kt > 0) sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);   /* ... so its slot is free */
-      }
-      sj_wgmma_wait<0>();
-      sj_gate_release(empty + 8 * ((it - 1) % STAGES), lane);
+      const bool half = sj_gate_item(w, units, items, unit_step, rank, grid_m, grid_n, m0, n0);
+      if (half)
+        sj_gate_consume<true>(acc, it, KT, full, empty, As, Bs, wg, lane);
+      else
+        sj_gate_consume<false>(acc, it, KT, full, empty, As, Bs, wg, lane);
 
       /* TwELL straight from the accumulators. The quad of lanes that shares g holds rows r0 and
        * r0 + 8 of the tile, interleaved by pairs: lane t4 has columns 8j + 2t4 + e (e = 0, 1) of
@@ -438,7 +493,7 @@ $ end
 #pragma unroll
         for (int tl = 0; tl < BN / TT; tl++) {
           const int tile = n0 / TT + tl;
-          if (tile >= n_tiles) continue;
+          if (tile >= n_tiles || (half && tl >= BN / TT / 2)) continue;   /* a half's tiles end at BN/2 */
           int count = 0;
 #pragma unroll
           for (int s = 0; s < SEGS; s++) {
@@ -604,9 +659,13 @@ $ end
 ]], env)
   local tiles = cfg.CLUSTER * tw.cdiv(problem.M, cfg.BM * cfg.CLUSTER) * tw.cdiv(problem.N, cfg.BN)
   -- WG=2 is persistent: one CTA per SM (its ring takes most of the SM's shared memory) when the
-  -- target's SM count is known, walking the tiles in raster order
+  -- target's SM count is known, walking the tiles in raster order; a shape of at most half as
+  -- many units as clusters fit gets a cluster per half unit (sj_gate_items)
   if cfg.WG == 2 and problem.SMS > 0 then
-    tiles = math.min(tiles, cfg.CLUSTER * (problem.SMS // cfg.CLUSTER))
+    local clusters = problem.SMS // cfg.CLUSTER
+    local units = tiles // cfg.CLUSTER
+    if halves(problem, cfg) and 2 * units <= clusters then units = 2 * units end
+    tiles = cfg.CLUSTER * math.min(units, clusters)
   end
   return {
     source = src, entry = env.entry,

@@ -180,6 +180,37 @@ static void test_defaults_generate(void **state)
                 }
 }
 
+/* With the GPU's SM count known (132, an H100 / H200), the persistent gate's grid: a cluster
+ * per unit up to one per SM pair, and a cluster per half unit where a shape has at most half as
+ * many units as there are clusters and halves hold whole tiles and boxes (sj_gate_items). */
+static void test_gate_grid_on_known_sms(void **state)
+{
+    gen_state *g;
+    SJ_ASSERT_OK(gen_open(NULL, &g));
+    gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"), 132);
+    const struct { int64_t M, F, D; int T; const char *config; unsigned grid; int halves; } cases[] = {
+        { 77, 1000, 264, 64, NULL, 2 * 2 * 4, 1 },      /* 4 units -> 8 halves */
+        { 77, 1000, 264, 256, NULL, 2 * 4, 0 },         /* a half would cut a 256-wide tile */
+        { 2100, 1024, 256, 128, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=2,CLUSTER=2", 2 * 36, 1 }, /* 36 > 66 / 2 */
+        { 2048, 11008, 4096, 128, NULL, 132, 1 },       /* 344 units: the last round's 14 split in the kernel */
+        { 1000, 4800, 256, 128, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=2,CLUSTER=1", 132, 1 },
+        { 77, 1000, 264, 64, "BM=64,BN=128,BK=64,WM=64,WN=32,STAGES=5,GROUP_M=16,WG=2,CLUSTER=2", 2 * 8, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = gate_problem(SJ_DTYPE_F16, cases[i].M, cases[i].F, cases[i].D, cases[i].T, 16);
+        sj_generated *out = NULL;
+        SJ_ASSERT_OK(gen_generate(g, "twell_gate", &p, cases[i].config, &out));
+        assert_int_equal(out->grid[0], cases[i].grid);
+        assert_int_equal(define_value(out->source, "HALVES"), cases[i].halves);
+        int BN = tu_config_value(out->config, "BN");
+        char half_mma[64]; /* the half's wgmma exists exactly when halves can run */
+        snprintf(half_mma, sizeof half_mma, "sj_wgmma_n%d(float", BN / 2);
+        assert_true((strstr(out->source, half_mma) != NULL) == cases[i].halves);
+        sj_generated_free(out);
+    }
+    gen_close(g);
+}
+
 /* Every config of each template's space that `valid` accepts also generates. */
 static void test_space_generates(void **state)
 {
@@ -295,6 +326,7 @@ static void test_sass(void **state)
         return;
     }
     assert_true(count(s, "HGMMA.64x256x16.F32") >= 4);   /* wgmma, 4 k-steps of the BK=64 slice */
+    assert_true(count(s, "HGMMA.64x128x16.F32") >= 4);   /* ... and of a half unit (sj_gate_items) */
     assert_int_equal(count(s, "HMMA"), 0);
     assert_int_equal(count(s, "UTMALDG.2D"), 4);         /* 2 boxes of X + 2 of WgT per stage ... */
     assert_int_equal(count(s, "UTMALDG.2D.MULTICAST"), 2); /* ... the WgT half multicast to the cluster */
@@ -859,6 +891,41 @@ static void test_gate_tile_widths_gpu(void **state)
     free_data(ctx, &d);
 }
 
+/* The persistent gate's half units (templates/twell_gate.lua, sj_gate_items): 1000 x 4800 is
+ * 4 x 19 = 76 cluster units of 256 x 256, on 66 clusters (132 SMs) one full round and 10 units
+ * split into 20 halves, the last column unit's second half 64 columns wide; unpaired CTAs
+ * (CLUSTER=1) have 152 units, 132 + 20 split. Both dtypes, some tiles overflowing. */
+static void test_gate_halves_gpu(void **state)
+{
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    sj_device_info info;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
+    const int64_t M = 1000, F = 4800, D = 256;
+    for (int c = 1; c <= 2; c++) {
+        int64_t units = cdiv(M, 128 * c) * cdiv(F, 256), clusters = info.sm_count / c, tail = units % clusters;
+        fprintf(stderr, "# gate halves, CLUSTER=%d: %lld units on %lld clusters, %lld split\n", c, (long long)units,
+                (long long)clusters, (long long)(tail > 0 && 2 * tail <= clusters ? tail : 0));
+    }
+    const struct { sj_dtype dt; double sparsity; int T, C; } cases[] = {
+        { SJ_DTYPE_F16, 0.9, 128, 16 }, { SJ_DTYPE_BF16, 0.99, 64, 4 },
+    };
+    for (int i = 0; i < 2; i++) {
+        ffn_data d;
+        make_data(ctx, &d, cases[i].dt, M, D, F, cases[i].sparsity);
+        sj_twell_layout l;
+        SJ_ASSERT_OK(sj_twell_layout_init(&l, d.dt, d.M, d.F, cases[i].T, cases[i].C));
+        sj_twell_device H;
+        SJ_ASSERT_OK(sj_twell_device_alloc(ctx, &l, &H));
+        int64_t overflow;
+        free(gate_and_check(ctx, &d, &H, NULL, &overflow));
+        assert_true(overflow > 0);
+        free(gate_and_check(ctx, &d, &H, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,GROUP_M=8,WG=2,CLUSTER=1", &overflow));
+        SJ_ASSERT_OK(sj_twell_device_free(ctx, &H));
+        free_data(ctx, &d);
+    }
+}
+
 /* The FFN over a host-built TwELL (independent of the gate) whose small C makes nearly every
  * tile overflow into the spill. */
 static void test_ffn_overflow_gpu(void **state)
@@ -897,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_space_generates),
         cmocka_unit_test(test_defaults_compile),
         cmocka_unit_test(test_sass),
+        cmocka_unit_test(test_gate_grid_on_known_sms),
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_default_follows_sparsity),
         cmocka_unit_test(test_cache_key_carries_sparsity),
@@ -904,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_api_checks),
         cmocka_unit_test(test_gate_and_ffn_gpu),
         cmocka_unit_test(test_gate_tile_widths_gpu),
+        cmocka_unit_test(test_gate_halves_gpu),
         cmocka_unit_test(test_ffn_overflow_gpu),
     };
     return TU_RUN_TESTS(tests, setup, teardown);
