@@ -89,8 +89,10 @@ static void check_gate_generated(const sj_problem *p, const sj_generated *g, con
     assert_int_equal(g->block[0], (unsigned)(32 * warps + (WG == 2 ? 128 : 0))); /* + the producer warpgroup */
     int cluster = tu_config_value(g->config, "CLUSTER"); /* CTAs of a cluster take adjacent row tiles */
     unsigned tiles = (unsigned)(cluster * cdiv(p->m, cluster * BM) * cdiv(p->n, BN));
-    if (WG == 2) /* persistent: whole clusters, at most one CTA per tile (fewer when the GPU's SMs are known) */
-        assert_true(g->grid[0] > 0 && g->grid[0] <= tiles && g->grid[0] % (unsigned)cluster == 0);
+    if (WG == 2) /* persistent: whole clusters, at most one CTA per tile, or per half tile when halves run
+                    (fewer when the GPU's SMs are known) */
+        assert_true(g->grid[0] > 0 && g->grid[0] <= tiles * (1 + (unsigned)define_value(g->source, "HALVES")) &&
+                    g->grid[0] % (unsigned)cluster == 0);
     else
         assert_int_equal(g->grid[0], tiles);
     if (cluster == 2) assert_non_null(strstr(g->source, "__cluster_dims__(2, 1, 1)"));
