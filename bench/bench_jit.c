@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         CHECK(sj_synchronize(warm));
         t0 = rt_seconds();
         for (int i = 0; i < BATCH; i++)
-            if (sj_cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+            if (cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                                      k->block[2], k->shared_bytes, NULL, args, NULL) != CUDA_SUCCESS) return 1;
         raw += rt_seconds() - t0;
         CHECK(sj_synchronize(warm));

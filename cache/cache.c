@@ -1,7 +1,7 @@
 /* cache.c: reading and writing cache entries: keys, kernels (cubin + sha256), trials and
  * winners (keep-the-best), listing, clear and vacuum; and the helpers the other cache files
  * share (errors, BEGIN IMMEDIATE transactions, prepared statements, key binding, sha256). */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include <openssl/evp.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* The key columns, bound as ?1 (key_text) .. ?15 (sparsity) wherever a key is matched. */
 #define KEY_MATCH \
@@ -81,7 +81,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 sj_status cachei_fail(sqlite3 *db, const char *path, const char *what)
 {
-    return sj_fail(SJ_ERR_CACHE, "cache %s: %s: %s", path, what, sqlite3_errmsg(db));
+    return error_set(SJ_ERR_CACHE, "cache %s: %s: %s", path, what, sqlite3_errmsg(db));
 }
 
 sj_status cachei_begin(sqlite3 *db, const char *path, const char *what)
@@ -110,7 +110,7 @@ sj_status cachei_rollback(sqlite3 *db, sj_status status)
 {
     /* Some errors (SQLITE_FULL, IOERR, ...) already rolled the transaction back. */
     if (!sqlite3_get_autocommit(db) && sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
-        sj_fail_context(status, "ROLLBACK failed too (%s) after", sqlite3_errmsg(db));
+        error_prefix(status, "ROLLBACK failed too (%s) after", sqlite3_errmsg(db));
     return status;
 }
 
@@ -137,7 +137,7 @@ sj_status cachei_sha256_hex(const void *data, size_t size, char hex[65])
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int md_len = 0;
     if (EVP_Digest(data, size, md, &md_len, EVP_sha256(), NULL) != 1 || md_len != 32)
-        return sj_fail(SJ_ERR_CACHE, "cache: sha256 of a %zu-byte cubin failed (OpenSSL EVP_Digest)", size);
+        return error_set(SJ_ERR_CACHE, "cache: sha256 of a %zu-byte cubin failed (OpenSSL EVP_Digest)", size);
     for (unsigned i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
     return SJ_OK;
 }
@@ -159,13 +159,13 @@ sj_status cachei_check_key(const cache_key *key, const char *fn)
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!memchr(f[i].value, 0, f[i].size))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: key->%s is not NUL-terminated within its %zu bytes",
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: key->%s is not NUL-terminated within its %zu bytes",
                            fn, f[i].name, f[i].size);
         if (f[i].required && !f[i].value[0])
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: key->%s is empty", fn, f[i].name);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: key->%s is empty", fn, f[i].name);
     }
     if (key->m < 1 || key->n < 1 || key->k < 1)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: key shape must be positive, got m=%lld n=%lld k=%lld",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: key shape must be positive, got m=%lld n=%lld k=%lld",
                        fn, (long long)key->m, (long long)key->n, (long long)key->k);
     return SJ_OK;
 }
@@ -264,16 +264,16 @@ sj_status cachei_key_id(cache_db *c, const cache_key *key, int create, sqlite3_i
 /* ---------------------------------------------------------------- argument checks */
 
 #define CHECK_DB(fn, c) \
-    do { if (!(c)) return sj_fail(SJ_ERR_INVALID_ARGUMENT, fn ": db is NULL"); } while (0)
+    do { if (!(c)) return error_set(SJ_ERR_INVALID_ARGUMENT, fn ": db is NULL"); } while (0)
 #define CHECK_KEY(fn, key) \
-    do { if (!(key)) return sj_fail(SJ_ERR_INVALID_ARGUMENT, fn ": key is NULL"); \
+    do { if (!(key)) return error_set(SJ_ERR_INVALID_ARGUMENT, fn ": key is NULL"); \
          sj_status ck_ = cachei_check_key((key), fn); if (ck_ != SJ_OK) return ck_; } while (0)
 
 static sj_status check_config(const char *fn, const char *config)
 {
-    if (!config) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+    if (!config) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
     if (strlen(config) >= sizeof(((cache_kernel *)0)->config))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: config '%.40s...' is longer than %zu bytes",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: config '%.40s...' is longer than %zu bytes",
                        fn, config, sizeof(((cache_kernel *)0)->config) - 1);
     return SJ_OK;
 }
@@ -281,13 +281,13 @@ static sj_status check_config(const char *fn, const char *config)
 static sj_status check_kernel(const char *fn, const cache_kernel *k)
 {
     if (!TERMINATED(k->config) || !TERMINATED(k->entry))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->config or kernel->entry is not NUL-terminated", fn);
-    if (!k->entry[0]) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->entry is empty", fn);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->config or kernel->entry is not NUL-terminated", fn);
+    if (!k->entry[0]) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->entry is empty", fn);
     if (!k->cubin || k->cubin_size == 0)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->cubin is %s (expected the cubin bytes)",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->cubin is %s (expected the cubin bytes)",
                        fn, k->cubin ? "0 bytes" : "NULL");
     if (k->cubin_size > INT32_MAX)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->cubin_size %zu exceeds the 2 GiB SQLite blob limit",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->cubin_size %zu exceeds the 2 GiB SQLite blob limit",
                        fn, k->cubin_size);
     return SJ_OK;
 }
@@ -302,7 +302,7 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
     if (st != SJ_OK) return st;
     if (!key_id) {
         cache_key_text(key, text, sizeof text);
-        return sj_fail(SJ_ERR_NOT_FOUND, "cache %s: no entry for key %s", c->path, text);
+        return error_set(SJ_ERR_NOT_FOUND, "cache %s: no entry for key %s", c->path, text);
     }
     sqlite3_stmt *s;
     if ((st = cachei_stmt(c, ST_KERNEL_GET, &s)) != SJ_OK) return st;
@@ -312,7 +312,7 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
     if (rc == SQLITE_DONE) {
         cachei_stmt_done(s);
         cache_key_text(key, text, sizeof text);
-        return sj_fail(SJ_ERR_NOT_FOUND, "cache %s: no kernel for config '%s' of key %s", c->path, config, text);
+        return error_set(SJ_ERR_NOT_FOUND, "cache %s: no kernel for config '%s' of key %s", c->path, config, text);
     }
     if (rc != SQLITE_ROW) {
         st = cachei_fail(c->db, c->path, "read kernel");
@@ -339,7 +339,7 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
         out->shared_bytes = (unsigned)sqlite3_column_int64(s, 8);
         out->compile_seconds = sqlite3_column_double(s, 11);
         out->cubin = malloc(size);
-        if (!out->cubin) st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "cache_get_kernel: out of memory for a %zu-byte cubin", size);
+        if (!out->cubin) st = error_set(SJ_ERR_OUT_OF_MEMORY, "cache_get_kernel: out of memory for a %zu-byte cubin", size);
         else { memcpy(out->cubin, blob, size); out->cubin_size = size; }
     }
     cachei_stmt_done(s);
@@ -355,7 +355,7 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
     if (st != SJ_OK) return cachei_rollback(c->db, st);
     if ((st = cachei_commit(c->db, c->path, "delete corrupt kernel")) != SJ_OK) return st;
     cache_key_text(key, text, sizeof text);
-    return sj_fail(SJ_ERR_NOT_FOUND, "cache %s: the kernel for config '%s' of key %s was corrupt "
+    return error_set(SJ_ERR_NOT_FOUND, "cache %s: the kernel for config '%s' of key %s was corrupt "
                    "(cubin sha256 mismatch); deleted it, it will be rebuilt", c->path, config, text);
 }
 
@@ -365,7 +365,7 @@ sj_status cache_get_kernel(cache_db *c, const cache_key *key, const char *config
     CHECK_KEY("cache_get_kernel", key);
     sj_status st = check_config("cache_get_kernel", config);
     if (st != SJ_OK) return st;
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_get_kernel: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_get_kernel: out is NULL");
     out->cubin = NULL;
     out->cubin_size = 0;
     pthread_mutex_lock(&c->lock);
@@ -408,7 +408,7 @@ sj_status cache_put_kernel(cache_db *c, const cache_key *key, const cache_kernel
 {
     CHECK_DB("cache_put_kernel", c);
     CHECK_KEY("cache_put_kernel", key);
-    if (!kernel) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_put_kernel: kernel is NULL");
+    if (!kernel) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_put_kernel: kernel is NULL");
     sj_status st = check_kernel("cache_put_kernel", kernel);
     if (st != SJ_OK) return st;
     char sha[65];
@@ -487,28 +487,28 @@ static sj_status check_tuning(const cache_trial *trials, int n_trials, const cac
                               const cache_kernel *kernel)
 {
     const char *fn = "cache_put_tuning";
-    if (n_trials < 0) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: n_trials is %d (expected >= 0)", fn, n_trials);
+    if (n_trials < 0) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: n_trials is %d (expected >= 0)", fn, n_trials);
     if (n_trials > 0 && !trials)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: trials is NULL with n_trials = %d", fn, n_trials);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: trials is NULL with n_trials = %d", fn, n_trials);
     for (int i = 0; i < n_trials; i++)
         if (!TERMINATED(trials[i].config) || !TERMINATED(trials[i].status) || !trials[i].status[0])
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: trials[%d] has an unterminated config/status or an "
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: trials[%d] has an unterminated config/status or an "
                            "empty status", fn, i);
     if (winner) {
         if (!TERMINATED(winner->config) || !TERMINATED(winner->strategy))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: winner->config or winner->strategy is not "
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: winner->config or winner->strategy is not "
                            "NUL-terminated", fn);
         if (!isfinite(winner->median_us) || winner->median_us < 0)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: winner->median_us is %g (expected a finite time >= 0)",
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: winner->median_us is %g (expected a finite time >= 0)",
                            fn, winner->median_us);
     }
     if (kernel) {
         if (!winner)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel given without a winner (it is the winner's kernel)", fn);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel given without a winner (it is the winner's kernel)", fn);
         sj_status st = check_kernel(fn, kernel);
         if (st != SJ_OK) return st;
         if (strcmp(kernel->config, winner->config) != 0)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->config '%s' differs from winner->config '%s'",
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: kernel->config '%s' differs from winner->config '%s'",
                            fn, kernel->config, winner->config);
     }
     return SJ_OK;
@@ -564,7 +564,7 @@ static sj_status get_winner_locked(cache_db *c, const cache_key *key, cache_winn
         out->tuned_at = sqlite3_column_int64(s, 4);
     } else if (rc == SQLITE_DONE) {
         cache_key_text(key, text, sizeof text);
-        st = sj_fail(SJ_ERR_NOT_FOUND, "cache %s: key %s was never tuned", c->path, text);
+        st = error_set(SJ_ERR_NOT_FOUND, "cache %s: key %s was never tuned", c->path, text);
     } else {
         st = cachei_fail(c->db, c->path, "read winner");
     }
@@ -576,7 +576,7 @@ sj_status cache_get_winner(cache_db *c, const cache_key *key, cache_winner *out)
 {
     CHECK_DB("cache_get_winner", c);
     CHECK_KEY("cache_get_winner", key);
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_get_winner: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_get_winner: out is NULL");
     pthread_mutex_lock(&c->lock);
     sj_status st = get_winner_locked(c, key, out);
     pthread_mutex_unlock(&c->lock);
@@ -612,7 +612,7 @@ static sj_status collect_keys(cache_db *c, list_row **rows, size_t *count)
         if (*count == cap) {
             size_t ncap = cap ? 2 * cap : 64;
             list_row *nr = realloc(*rows, ncap * sizeof *nr);
-            if (!nr) { st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "cache_list: out of memory"); break; }
+            if (!nr) { st = error_set(SJ_ERR_OUT_OF_MEMORY, "cache_list: out of memory"); break; }
             *rows = nr;
             cap = ncap;
         }
@@ -653,7 +653,7 @@ static sj_status collect_keys(cache_db *c, list_row **rows, size_t *count)
 sj_status cache_list(cache_db *c, cache_list_fn fn, void *user)
 {
     CHECK_DB("cache_list", c);
-    if (!fn) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_list: fn is NULL");
+    if (!fn) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_list: fn is NULL");
     list_row *rows;
     size_t count;
     pthread_mutex_lock(&c->lock);
@@ -683,7 +683,7 @@ static sj_status collect_trials(cache_db *c, const cache_key *key, cache_trial *
         if (*count == cap) {
             size_t ncap = cap ? 2 * cap : 64;
             cache_trial *nr = realloc(*rows, ncap * sizeof *nr);
-            if (!nr) { st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "cache_list_trials: out of memory"); break; }
+            if (!nr) { st = error_set(SJ_ERR_OUT_OF_MEMORY, "cache_list_trials: out of memory"); break; }
             *rows = nr;
             cap = ncap;
         }
@@ -707,7 +707,7 @@ sj_status cache_list_trials(cache_db *c, const cache_key *key, cache_trial_fn fn
 {
     CHECK_DB("cache_list_trials", c);
     CHECK_KEY("cache_list_trials", key);
-    if (!fn) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_list_trials: fn is NULL");
+    if (!fn) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_list_trials: fn is NULL");
     cache_trial *rows;
     size_t count;
     pthread_mutex_lock(&c->lock);

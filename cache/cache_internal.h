@@ -6,7 +6,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
-#include "cache.h"
+#include "cache/cache.h"
 
 /* "SJIT": PRAGMA application_id of every sparsejit cache database. */
 #define CACHE_APPLICATION_ID 0x534A4954

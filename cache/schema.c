@@ -2,7 +2,7 @@
  * sparsejit database from an empty, corrupt or foreign file, moving a corrupt one aside, the
  * per-connection pragmas (WAL, busy timeout, synchronous, foreign keys) and the schema
  * migrations keyed on PRAGMA user_version. */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <errno.h>
 #include <pwd.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* migrations[v] takes a database from user_version v to v + 1. To add version 2, append its
  * statements here and raise CACHE_SCHEMA_VERSION; never edit a migration that has shipped. */
@@ -74,8 +74,8 @@ _Static_assert(sizeof migrations / sizeof migrations[0] == CACHE_SCHEMA_VERSION,
 
 sj_status cache_default_path(char *buf, size_t len)
 {
-    if (!buf) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_default_path: buf is NULL");
-    if (len == 0) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_default_path: len is 0");
+    if (!buf) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_default_path: buf is NULL");
+    if (len == 0) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_default_path: len is 0");
     buf[0] = 0;
     const char *env = getenv("SPARSEJIT_CACHE");
     int n;
@@ -93,14 +93,14 @@ sj_status cache_default_path(char *buf, size_t len)
                 home = pw ? pw->pw_dir : NULL;
             }
             if (!home || !*home)
-                return sj_fail(SJ_ERR_CACHE, "cache path: none of $SPARSEJIT_CACHE, $XDG_CACHE_HOME "
+                return error_set(SJ_ERR_CACHE, "cache path: none of $SPARSEJIT_CACHE, $XDG_CACHE_HOME "
                                "or $HOME is set and the user has no home directory");
             n = snprintf(buf, len, "%s/.cache/sparsejit/kernels.db", home);
         }
     }
     if (n < 0 || (size_t)n >= len) {
         buf[0] = 0;
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
                        "cache_default_path: len %zu is too small for the %d-byte path", len, n);
     }
     return SJ_OK;
@@ -110,7 +110,7 @@ sj_status cachei_make_parent_dirs(const char *path)
 {
     char dir[1024];
     if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache path '%s' is longer than %zu bytes",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache path '%s' is longer than %zu bytes",
                        path, sizeof dir - 1);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return SJ_OK; /* in the working directory or in / */
@@ -120,12 +120,12 @@ sj_status cachei_make_parent_dirs(const char *path)
         if (*p == '/' || last) {
             *p = 0;
             if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                return sj_fail(SJ_ERR_IO, "cache: cannot create directory '%s': %s", dir, strerror(errno));
+                return error_set(SJ_ERR_IO, "cache: cannot create directory '%s': %s", dir, strerror(errno));
             struct stat st;
             if (stat(dir, &st) != 0)
-                return sj_fail(SJ_ERR_IO, "cache: cannot stat '%s': %s", dir, strerror(errno));
+                return error_set(SJ_ERR_IO, "cache: cannot stat '%s': %s", dir, strerror(errno));
             if (!S_ISDIR(st.st_mode))
-                return sj_fail(SJ_ERR_IO, "cache: '%s' exists and is not a directory", dir);
+                return error_set(SJ_ERR_IO, "cache: '%s' exists and is not a directory", dir);
             if (last) break;
             *p = '/';
         }
@@ -185,7 +185,7 @@ sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_fil
     sqlite3 *db = NULL;
     int rc = sqlite3_open_v2(path, &db, flags, NULL);
     if (rc != SQLITE_OK) {
-        sj_status st = sj_fail(SJ_ERR_CACHE, "cache %s: open: %s", path,
+        sj_status st = error_set(SJ_ERR_CACHE, "cache %s: open: %s", path,
                                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
         sqlite3_close(db);
         return st;
@@ -276,7 +276,7 @@ sj_status cachei_configure(sqlite3 *db, const char *path, int wal)
         }
         if (rc != SQLITE_OK) return cachei_fail(db, path, "set journal_mode=WAL");
         if (!is_wal)
-            return sj_fail(SJ_ERR_CACHE, "cache %s: the journal mode stays other than WAL after %d ms of "
+            return error_set(SJ_ERR_CACHE, "cache %s: the journal mode stays other than WAL after %d ms of "
                            "asking (a file system without shared-memory locks?)", path, waited_ms);
     }
     if (sqlite3_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", NULL, NULL, NULL) != SQLITE_OK)
@@ -286,7 +286,7 @@ sj_status cachei_configure(sqlite3 *db, const char *path, int wal)
 
 static sj_status newer_schema(const char *path, int version)
 {
-    return sj_fail(SJ_ERR_CACHE, "cache %s: schema version %d was written by a newer sparsejit "
+    return error_set(SJ_ERR_CACHE, "cache %s: schema version %d was written by a newer sparsejit "
                    "(this build knows versions up to %d); refusing to touch it: use that newer "
                    "sparsejit, or point SPARSEJIT_CACHE / --db at another file",
                    path, version, CACHE_SCHEMA_VERSION);
@@ -331,12 +331,12 @@ static sj_status move_aside(const char *path, const char *why)
     snprintf(dst_wal, sizeof dst_wal, "%s.corrupt-wal", path);
     snprintf(shm, sizeof shm, "%s-shm", path);
     if (rename(path, dst) != 0)
-        return sj_fail(SJ_ERR_IO, "cache %s is corrupt (%s) and cannot be moved aside to %s: %s",
+        return error_set(SJ_ERR_IO, "cache %s is corrupt (%s) and cannot be moved aside to %s: %s",
                        path, why, dst, strerror(errno));
     if (rename(wal, dst_wal) != 0 && errno != ENOENT)
-        return sj_fail(SJ_ERR_IO, "cache: cannot move %s aside to %s: %s", wal, dst_wal, strerror(errno));
+        return error_set(SJ_ERR_IO, "cache: cannot move %s aside to %s: %s", wal, dst_wal, strerror(errno));
     if (unlink(shm) != 0 && errno != ENOENT)
-        return sj_fail(SJ_ERR_IO, "cache: cannot remove %s: %s", shm, strerror(errno));
+        return error_set(SJ_ERR_IO, "cache: cannot remove %s: %s", shm, strerror(errno));
     /* The caller cannot tell a recreated cache from a new one, so say it once here. */
     fprintf(stderr, "sparsejit: cache %s was not a valid database (%s); moved it aside to %s "
             "and started a new one\n", path, why, dst);
@@ -353,18 +353,18 @@ static int same_file(const struct stat *a, int a_ok, const char *path)
 
 sj_status cache_open(const char *path, cache_db **out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_open: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: out is NULL");
     *out = NULL;
-    if (!path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is NULL (expected a file path)");
+    if (!path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is NULL (expected a file path)");
     if (!*path)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is \"\" (expected a file path; "
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is \"\" (expected a file path; "
                        "an empty cache path means the cache is disabled)");
     cache_db *c = calloc(1, sizeof *c);
-    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "cache_open: out of memory");
+    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "cache_open: out of memory");
     /* room for the ".corrupt-wal" suffix of move_aside */
     if (strlen(path) + 16 >= sizeof c->path) {
         free(c);
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_open: path '%s' is longer than %zu bytes",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path '%s' is longer than %zu bytes",
                        path, sizeof c->path - 16);
     }
     snprintf(c->path, sizeof c->path, "%s", path);
@@ -382,7 +382,7 @@ sj_status cache_open(const char *path, cache_db **out)
         st = cachei_open_conn(path, flags, &db, &kind, &version, why, sizeof why);
         if (st != SJ_OK) break;
         if (kind == CACHE_FILE_FOREIGN) {
-            st = sj_fail(SJ_ERR_CACHE, "cache %s is an SQLite database of another application (%s); "
+            st = error_set(SJ_ERR_CACHE, "cache %s is an SQLite database of another application (%s); "
                          "refusing to touch it: point SPARSEJIT_CACHE / --db at another file", path, why);
         } else if (kind == CACHE_FILE_OURS && version > CACHE_SCHEMA_VERSION) {
             st = newer_schema(path, version);
@@ -390,7 +390,7 @@ sj_status cache_open(const char *path, cache_db **out)
             sqlite3_close(db);
             db = NULL;
             if (attempt >= 2)
-                st = sj_fail(SJ_ERR_CACHE, "cache %s is still corrupt after recreating it (%s)", path, why);
+                st = error_set(SJ_ERR_CACHE, "cache %s is still corrupt after recreating it (%s)", path, why);
             else if (same_file(&before, before_ok, path))
                 st = move_aside(path, why);
             continue;
@@ -400,7 +400,7 @@ sj_status cache_open(const char *path, cache_db **out)
     if (st == SJ_OK) st = cachei_configure(db, path, 1);
     if (st == SJ_OK) st = cachei_migrate(db, path);
     if (st == SJ_OK && pthread_mutex_init(&c->lock, NULL) != 0)
-        st = sj_fail(SJ_ERR_CACHE, "cache %s: cannot create its mutex", path);
+        st = error_set(SJ_ERR_CACHE, "cache %s: cannot create its mutex", path);
     if (st != SJ_OK) {
         sqlite3_close(db);
         free(c);

@@ -3,7 +3,7 @@
  * under a temporary name, then linked into place: never a partial file, never an overwrite).
  * Import merges a file into the open cache, refusing entries for another arch, driver or NVRTC
  * version, re-checking every cubin's sha256 and keeping the best winner. */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "core/error.h"
 
 /* ---------------------------------------------------------------- export */
 
@@ -29,11 +29,11 @@ static sj_status create_export_file(const char *tmp)
                                     &version, why, sizeof why);
     if (st != SJ_OK) return st;
     if (kind != CACHE_FILE_EMPTY)
-        st = sj_fail(SJ_ERR_CACHE, "cache export: temporary file %s is not empty", tmp);
+        st = error_set(SJ_ERR_CACHE, "cache export: temporary file %s is not empty", tmp);
     if (st == SJ_OK) st = cachei_configure(db, tmp, 0);
     if (st == SJ_OK) st = cachei_migrate(db, tmp);
     if (sqlite3_close(db) != SQLITE_OK && st == SJ_OK)
-        st = sj_fail(SJ_ERR_CACHE, "cache export: closing %s failed", tmp);
+        st = error_set(SJ_ERR_CACHE, "cache export: closing %s failed", tmp);
     return st;
 }
 
@@ -92,29 +92,29 @@ static sj_status publish(const char *tmp, const char *dst)
 {
     if (link(tmp, dst) == 0) {
         if (unlink(tmp) != 0)
-            return sj_fail(SJ_ERR_IO, "cache export: cannot remove temporary %s: %s", tmp, strerror(errno));
+            return error_set(SJ_ERR_IO, "cache export: cannot remove temporary %s: %s", tmp, strerror(errno));
         return SJ_OK;
     }
     if (errno == EEXIST)
-        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
+        return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
     if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EMLINK)
-        return sj_fail(SJ_ERR_IO, "cache export: cannot create %s: %s", dst, strerror(errno));
+        return error_set(SJ_ERR_IO, "cache export: cannot create %s: %s", dst, strerror(errno));
     if (access(dst, F_OK) == 0)
-        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
+        return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
     if (rename(tmp, dst) != 0)
-        return sj_fail(SJ_ERR_IO, "cache export: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
+        return error_set(SJ_ERR_IO, "cache export: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
     return SJ_OK;
 }
 
 sj_status cache_export(cache_db *c, const char *dst_path, const char *gpu, const char *arch, int *n_exported)
 {
     if (n_exported) *n_exported = 0;
-    if (!c) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: db is NULL");
-    if (!dst_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is NULL");
-    if (!*dst_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is \"\" (expected a file path)");
+    if (!c) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_export: db is NULL");
+    if (!dst_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is NULL");
+    if (!*dst_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path is \"\" (expected a file path)");
     struct stat sb;
     if (lstat(dst_path, &sb) == 0)
-        return sj_fail(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst_path);
+        return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst_path);
     sj_status st = cachei_make_parent_dirs(dst_path);
     if (st != SJ_OK) return st;
 
@@ -124,9 +124,9 @@ sj_status cache_export(cache_db *c, const char *dst_path, const char *gpu, const
     int dir_len = slash ? (int)(slash - dst_path + 1) : 0;
     if (snprintf(tmp, sizeof tmp, "%.*s.%s.tmp-XXXXXX", dir_len, dst_path,
                  slash ? slash + 1 : dst_path) >= (int)sizeof tmp)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path '%s' is too long", dst_path);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path '%s' is too long", dst_path);
     int fd = mkstemp(tmp);
-    if (fd < 0) return sj_fail(SJ_ERR_IO, "cache export: cannot create a temporary file next to %s: %s",
+    if (fd < 0) return error_set(SJ_ERR_IO, "cache export: cannot create a temporary file next to %s: %s",
                                dst_path, strerror(errno));
     close(fd);
 
@@ -184,7 +184,7 @@ static sj_status open_import_src(import_src *src, const char *path)
     src->path = path;
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return sj_fail(SJ_ERR_IO, "cache import: cannot read %s: %s", path, strerror(errno));
+        return error_set(SJ_ERR_IO, "cache import: cannot read %s: %s", path, strerror(errno));
     cache_file_kind kind;
     int version;
     char why[320];
@@ -192,11 +192,11 @@ static sj_status open_import_src(import_src *src, const char *path)
                                     &version, why, sizeof why);
     if (st != SJ_OK) return st;
     if (kind == CACHE_FILE_EMPTY)
-        st = sj_fail(SJ_ERR_CACHE, "cache import: %s is empty, not a sparsejit cache export", path);
+        st = error_set(SJ_ERR_CACHE, "cache import: %s is empty, not a sparsejit cache export", path);
     else if (kind != CACHE_FILE_OURS)
-        st = sj_fail(SJ_ERR_CACHE, "cache import: %s is not a valid sparsejit database (%s)", path, why);
+        st = error_set(SJ_ERR_CACHE, "cache import: %s is not a valid sparsejit database (%s)", path, why);
     else if (version != CACHE_SCHEMA_VERSION)
-        st = sj_fail(SJ_ERR_CACHE, "cache import: %s has schema version %d, this sparsejit reads version %d; %s",
+        st = error_set(SJ_ERR_CACHE, "cache import: %s has schema version %d, this sparsejit reads version %d; %s",
                      path, version, CACHE_SCHEMA_VERSION,
                      version > CACHE_SCHEMA_VERSION ? "import it with the newer sparsejit that wrote it"
                      : "open it once with `sparsejit cache --db FILE list` to migrate it, then import it");
@@ -355,14 +355,14 @@ sj_status cache_import(cache_db *c, const char *src_path, const char *arch, int 
     const char *fn = "cache_import";
     if (n_imported) *n_imported = 0;
     if (n_refused) *n_refused = 0;
-    if (!c) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: db is NULL", fn);
-    if (!src_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is NULL", fn);
-    if (!*src_path) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is \"\" (expected a file path)", fn);
+    if (!c) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: db is NULL", fn);
+    if (!src_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is NULL", fn);
+    if (!*src_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is \"\" (expected a file path)", fn);
     if (!arch || !*arch)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: arch is %s (expected the device's arch, e.g. sm_90a)",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: arch is %s (expected the device's arch, e.g. sm_90a)",
                        fn, arch ? "\"\"" : "NULL");
     if (driver_version <= 0 || nvrtc_version <= 0)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: driver_version %d / nvrtc_version %d must be > 0 "
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: driver_version %d / nvrtc_version %d must be > 0 "
                        "(the device's versions, e.g. 13000)", fn, driver_version, nvrtc_version);
     import_src src;
     sj_status st = open_import_src(&src, src_path);

@@ -2,8 +2,8 @@
  * random A and B (uniform [-1, 1), never zeros, which would run faster than real data), against
  * the same GEMM through cuBLAS; the first launch's C is checked element by element against the
  * tuner's reference kernel (templates/gemm_reference.lua, fp32) before anything is timed. */
-#include "bench.h"
-#include "runtime/error.h"
+#include "cli/bench.h"
+#include "core/error.h"
 #include "tuner/harness.h"
 
 #include <stdlib.h>
@@ -29,9 +29,9 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     *out = NULL;
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
-    if (p->op != SJ_OP_GEMM) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench gemm: problem op is %s, expected gemm", sj_op_name(p->op));
+    if (p->op != SJ_OP_GEMM) return error_set(SJ_ERR_INVALID_ARGUMENT, "bench gemm: problem op is %s, expected gemm", sj_op_name(p->op));
     bench_case *c = calloc(1, sizeof *c);
-    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory");
+    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory");
     c->p = *p;
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
@@ -59,7 +59,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
     size_t n = (size_t)(p->m * p->n), out_bytes = n * sj_dtype_size(p->out_dtype);
     float *ref = malloc(n * sizeof *ref);
     void *got = malloc(out_bytes);
-    sj_status st = ref && got ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory for the check");
+    sj_status st = ref && got ? SJ_OK : error_set(SJ_ERR_OUT_OF_MEMORY, "bench gemm: no host memory for the check");
     if (st == SJ_OK) st = harness_reference_gemm(ctx, p->dtype, c->A, c->B, p->m, p->n, p->k, ref);
     if (st == SJ_OK) st = sj_memcpy_dtoh(ctx, got, c->C, out_bytes);
     if (st == SJ_OK) *rel_error = harness_rel_error(p->out_dtype, got, ref, n);

@@ -9,9 +9,9 @@
  * the gate just wrote, against the block's three dense GEMMs. Before timing, CHECK_ROWS token
  * rows spread over the whole output (so every part of the grid is seen) are compared with an
  * fp64 host reference. */
-#include "bench.h"
-#include "cli_problem.h"
-#include "runtime/error.h"
+#include "cli/bench.h"
+#include "cli/cli_problem.h"
+#include "core/error.h"
 #include "tuner/harness.h"
 
 #include <math.h>
@@ -45,7 +45,7 @@ static sj_status random_upload(sj_context *ctx, sj_dtype dt, int64_t rows, int64
 {
     size_t n = (size_t)(rows * ld);
     uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %zu inputs", n);
+    if (!host) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %zu inputs", n);
     harness_fill16(dt, host, n, 1.0f, rng);
     if (col >= 0) {
         uint16_t v = harness_f32_to_16(dt, value);
@@ -81,15 +81,15 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     if (p->op != SJ_OP_TWELL_GATE && p->op != SJ_OP_TWELL_FFN)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: problem op is %s, expected twell-gate or twell-ffn",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench twell: problem op is %s, expected twell-gate or twell-ffn",
                        sj_op_name(p->op));
     double sparsity = bench_sparsity(p);
     int ffn = p->op == SJ_OP_TWELL_FFN;
     int64_t d_model = p->k, d_ff = ffn ? p->d_ff : p->n;
-    if (d_model < 2) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench twell: d_model = %lld leaves no column for the shift",
+    if (d_model < 2) return error_set(SJ_ERR_INVALID_ARGUMENT, "bench twell: d_model = %lld leaves no column for the shift",
                                     (long long)d_model);
     bench_case *c = calloc(1, sizeof *c);
-    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory");
+    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory");
     c->p = *p;
     sj_twell_layout layout;
     if ((st = sj_twell_layout_init(&layout, p->dtype, p->m, d_ff, p->twell_tile, p->twell_capacity)) != SJ_OK ||
@@ -107,7 +107,7 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     double *shift = malloc(sizeof *shift * (size_t)d_ff);
     float *bias = malloc(sizeof *bias * (size_t)d_ff);
     st = shift && bias ? harness_unit_shifts(1.0 - sparsity, p->twell_skew, sqrt((double)(d_model - 1) / 9.0), d_ff, &rng, shift)
-                       : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %lld unit shifts", (long long)d_ff);
+                       : error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for %lld unit shifts", (long long)d_ff);
     for (int64_t j = 0; st == SJ_OK && j < d_ff; j++) bias[j] = (float)-shift[j];
     if (st != SJ_OK ||
         (st = random_upload(ctx, p->dtype, p->m, d_model, d_model - 1, 1.0f, NULL, &rng, &c->X, &c->hX)) != SJ_OK ||
@@ -154,7 +154,7 @@ static sj_status reference(const bench_case *c, int ffn, float *h_ref, float *y_
     if (!x || !y) {
         free(x);
         free(y);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the reference");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the reference");
     }
     for (int i = 0; i < CHECK_ROWS; i++)
         for (int64_t k = 0; k < D; k++) x[i * D + k] = lut[c->hX[check_row(M, i) * D + k]];
@@ -190,7 +190,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
     size_t osz = sj_dtype_size(out_dt), row_bytes = (size_t)W * osz;
     float *ref = malloc(sizeof *ref * (size_t)(CHECK_ROWS * W));
     unsigned char *got = malloc(row_bytes * CHECK_ROWS);
-    sj_status st = ref && got ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the check");
+    sj_status st = ref && got ? SJ_OK : error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for the check");
     if (st == SJ_OK) st = reference(c, ffn, ffn ? NULL : ref, ffn ? ref : NULL);
     if (st == SJ_OK && ffn) {
         for (int i = 0; i < CHECK_ROWS && st == SJ_OK; i++)
@@ -200,7 +200,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
         uint16_t *dense = NULL;
         if ((st = sj_twell_download(ctx, &c->H, &th)) != SJ_OK) goto done;
         dense = malloc(sizeof *dense * (size_t)(M * W));
-        st = dense ? sj_twell_to_dense(&th, dense, W) : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for H");
+        st = dense ? sj_twell_to_dense(&th, dense, W) : error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell: no host memory for H");
         for (int i = 0; i < CHECK_ROWS && st == SJ_OK; i++)
             memcpy(got + i * row_bytes, dense + check_row(M, i) * W, row_bytes);
         free(dense);

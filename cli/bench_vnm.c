@@ -3,8 +3,8 @@
  * pruned to V:N:M by magnitude on the GPU (sj_vnm_compress_device), against the dense GEMM of
  * the same shape through cuBLAS; the first launch's C is checked element by element against the
  * tuner's reference kernel on the dense matrix the compressed A stands for. */
-#include "bench.h"
-#include "runtime/error.h"
+#include "cli/bench.h"
+#include "core/error.h"
 #include "tuner/harness.h"
 
 #include <stdlib.h>
@@ -33,11 +33,11 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, bench_case **out)
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     if (p->op != SJ_OP_VNM_SPMM)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "bench vnm-spmm: problem op is %s, expected vnm-spmm", sj_op_name(p->op));
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench vnm-spmm: problem op is %s, expected vnm-spmm", sj_op_name(p->op));
     sj_vnm_layout l;
     if ((st = sj_vnm_layout_init(&l, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->k)) != SJ_OK) return st;
     bench_case *c = calloc(1, sizeof *c);
-    if (!c) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory");
+    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory");
     c->p = *p;
     uint64_t rng = ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     if (!rng) rng = 1;
@@ -77,7 +77,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
     sj_devptr dense_dev = 0;
     void *dense = malloc(a_bytes), *got = malloc(out_bytes);
     float *ref = malloc(n * sizeof *ref);
-    sj_status st = dense && got && ref ? SJ_OK : sj_fail(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory for the check");
+    sj_status st = dense && got && ref ? SJ_OK : error_set(SJ_ERR_OUT_OF_MEMORY, "bench vnm-spmm: no host memory for the check");
     if (st == SJ_OK) st = sj_vnm_download(ctx, &c->A, &h);
     if (st == SJ_OK) st = sj_vnm_decompress(&h, dense, p->k);
     if (st == SJ_OK) st = sj_malloc(ctx, a_bytes, &dense_dev);

@@ -1,5 +1,5 @@
 /* cli_problem.c: parsing of the shared problem options (see cli_problem.h). */
-#include "cli_problem.h"
+#include "cli/cli_problem.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* cmd_bench.c: `sparsejit bench`: times one op at one shape with the tuner's method (events,
  * L2 flush, median of many) and the dense cuBLAS work it replaces, interleaved in rounds so
  * clock drift under load hits both alike; prints a row (table, CSV or JSON). */
-#include "bench.h"
-#include "cli_problem.h"
-#include "commands.h"
-#include "runtime/error.h"
+#include "cli/bench.h"
+#include "cli/cli_problem.h"
+#include "cli/commands.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
@@ -117,7 +117,7 @@ int cmd_bench(int argc, char **argv)
     if (op->check) {
         if (op->check(ctx, c, &check_err) != SJ_OK) goto fail;
         if (!(check_err <= harness_tolerance(&p))) {
-            sj_fail(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the reference "
+            error_set(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the reference "
                     "(tolerance %.3g); not timed", ki.config, check_err, harness_tolerance(&p));
             goto fail;
         }
@@ -141,7 +141,7 @@ int cmd_bench(int argc, char **argv)
         op_p80[r] = mr.p80_us;
         if (cublas) {
             measure_result cr;
-            if (sj_cublas_gemm_seq_time(ctx, p.dtype, n_base, (const int64_t(*)[3])shapes, &mo, &cr) != SJ_OK) goto fail;
+            if (cublas_gemm_seq_time(ctx, p.dtype, n_base, (const int64_t(*)[3])shapes, &mo, &cr) != SJ_OK) goto fail;
             cb_us[r] = cr.median_us;
         }
     }

@@ -1,6 +1,6 @@
 /* cmd_cache.c: `sparsejit cache list|show|export|import|clear|vacuum`: looking at and moving the
  * SQLite kernel cache (cache/cache.h). Opens the default cache (cache_default_path) or --db. */
-#include "commands.h"
+#include "cli/commands.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 /* cmd_gen.c: `sparsejit gen`: prints the CUDA source (and launch geometry) a template produces,
  * optionally compiling it to a cubin file for inspection with cuobjdump. */
-#include "cli_problem.h"
-#include "commands.h"
+#include "cli/cli_problem.h"
+#include "cli/commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>

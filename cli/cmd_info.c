@@ -1,6 +1,6 @@
 /* cmd_info.c: `sparsejit info`: the GPU, arch, SMs, driver, NVRTC and cache path, or why there
  * is no GPU (the library still generates and compiles kernels then). */
-#include "commands.h"
+#include "cli/commands.h"
 #include "sparsejit.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * Lua state with the standard libraries and the `sparsejit` module (cli/lua_sparsejit.c), both as
  * `require "sparsejit"` and as the global `sparsejit`. The script's arguments are in `arg` and
  * `...`. Errors, syntax errors included, are reported with the script's file:line. */
-#include "commands.h"
+#include "cli/commands.h"
 
 #include <lauxlib.h>
 #include <lua.h>

@@ -1,8 +1,8 @@
 /* cmd_tune.c: `sparsejit tune`: tunes one problem (sj_tune) with a progress bar on stderr
  * (candidates done, best so far, time left; plain lines when stderr is not a terminal), then a
  * table of the fastest trials and the winner, or one JSON object with --json. */
-#include "cli_problem.h"
-#include "commands.h"
+#include "cli/cli_problem.h"
+#include "cli/commands.h"
 #include "sparsejit.h"
 
 #include <math.h>

@@ -2,8 +2,8 @@
  * (sweeps): device info, tune, bench (with the cuBLAS baseline), V:N:M layout sizes and CSV
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
  * carrying the sparsejit message. One context per Lua state, created on first use. */
-#include "bench.h"
-#include "cli_problem.h"
+#include "cli/bench.h"
+#include "cli/cli_problem.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
 
@@ -421,7 +421,7 @@ static int l_bench(lua_State *L)
         measure_options mo;
         measure_options_from_tune(&o, &mo);
         measure_result cr;
-        if (sj_cublas_gemm_seq_time(ctx, p.dtype, n, (const int64_t(*)[3])shapes, &mo, &cr) == SJ_OK) {
+        if (cublas_gemm_seq_time(ctx, p.dtype, n, (const int64_t(*)[3])shapes, &mo, &cr) == SJ_OK) {
             double dense = 0;
             for (int i = 0; i < n; i++) dense += 2.0 * shapes[i][0] * shapes[i][1] * shapes[i][2];
             set_number(L, "cublas_us", cr.median_us);

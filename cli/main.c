@@ -1,5 +1,5 @@
 /* main.c: the sparsejit command line; dispatches to one subcommand per file (commands.h). */
-#include "commands.h"
+#include "cli/commands.h"
 #include "sparsejit.h"
 
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* generator.c: turns (template, problem, config) into CUDA source and launch geometry by calling
  * the template's Lua functions in the sandbox; also the template hash of the cache key and the
  * config-string format shared by the CLI, cache and tuner. */
-#include "generator.h"
-#include "lua_sandbox.h"
-#include "runtime/error.h"
+#include "generator/generator.h"
+#include "generator/lua_sandbox.h"
+#include "core/error.h"
 
 #include <dirent.h>
 #include <lauxlib.h>
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { const char *name; const char *text; size_t len; } sj_embedded_file;
-extern const sj_embedded_file sj_embedded_templates[];
+typedef struct { const char *name; const char *text; size_t len; } embedded_file;
+extern const embedded_file embedded_templates[];
 
 #define GEN_MAX_FILES 64
 
@@ -75,7 +75,7 @@ static const char *gen_file(void *user, const char *name, size_t *len)
 {
     gen_state *g = user;
     if (!g->dir[0]) {
-        for (const sj_embedded_file *f = sj_embedded_templates; f->name; f++)
+        for (const embedded_file *f = embedded_templates; f->name; f++)
             if (!strcmp(f->name, name)) {
                 *len = f->len;
                 return f->text;
@@ -104,14 +104,14 @@ static const char *gen_file(void *user, const char *name, size_t *len)
 
 sj_status gen_open(const char *template_dir, gen_state **out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "gen_open: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "gen_open: out is NULL");
     *out = NULL;
     gen_state *g = calloc(1, sizeof *g);
-    if (!g) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "gen_open: out of memory");
+    if (!g) return error_set(SJ_ERR_OUT_OF_MEMORY, "gen_open: out of memory");
     if (template_dir && template_dir[0]) {
         if (strlen(template_dir) >= sizeof g->dir) {
             free(g);
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "template_dir is longer than %zu characters", sizeof g->dir - 1);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "template_dir is longer than %zu characters", sizeof g->dir - 1);
         }
         snprintf(g->dir, sizeof g->dir, "%s", template_dir);
     }
@@ -119,7 +119,7 @@ sj_status gen_open(const char *template_dir, gen_state **out)
     g->sb = sandbox_open(gen_file, g, err, sizeof err);
     if (!g->sb) {
         free(g);
-        return sj_fail(SJ_ERR_TEMPLATE, "%s", err);
+        return error_set(SJ_ERR_TEMPLATE, "%s", err);
     }
     lua_State *L = sandbox_state(g->sb);
     lua_newtable(L);
@@ -146,7 +146,7 @@ sj_status gen_template_for_op(sj_op op, const char **name)
     case SJ_OP_TWELL_FFN: *name = "twell_ffn"; return SJ_OK;
     case SJ_OP_VNM_COMPRESS: *name = "vnm_compress"; return SJ_OK;
     }
-    return sj_fail(SJ_ERR_INVALID_ARGUMENT, "no template for op %d", (int)op);
+    return error_set(SJ_ERR_INVALID_ARGUMENT, "no template for op %d", (int)op);
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
@@ -156,7 +156,7 @@ static int list_modules(gen_state *g, char names[][64], int max)
 {
     int n = 0;
     if (!g->dir[0]) {
-        for (const sj_embedded_file *f = sj_embedded_templates; f->name && n < max; f++)
+        for (const embedded_file *f = embedded_templates; f->name && n < max; f++)
             if (!strncmp(f->name, "lib/", 4)) snprintf(names[n++], 64, "%s", f->name);
         return n; /* the embedding script sorts them */
     }
@@ -184,11 +184,11 @@ sj_status gen_template_hash(gen_state *g, const char *name, char hex[65])
         }
     size_t len;
     const char *text = gen_file(g, name, &len);
-    if (!text) return sj_fail(SJ_ERR_NOT_FOUND, "no template named '%s'", name);
+    if (!text) return error_set(SJ_ERR_NOT_FOUND, "no template named '%s'", name);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
         EVP_MD_CTX_free(md);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sha256 init failed");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "sha256 init failed");
     }
     int ok = EVP_DigestUpdate(md, name, strlen(name) + 1) == 1 && EVP_DigestUpdate(md, text, len) == 1;
     char mods[GEN_MAX_FILES][64];
@@ -203,7 +203,7 @@ sj_status gen_template_hash(gen_state *g, const char *name, char hex[65])
     unsigned int dlen = 0;
     ok = ok && EVP_DigestFinal_ex(md, digest, &dlen) == 1 && dlen == 32;
     EVP_MD_CTX_free(md);
-    if (!ok) return sj_fail(SJ_ERR_TEMPLATE, "sha256 of template '%s' failed", name);
+    if (!ok) return error_set(SJ_ERR_TEMPLATE, "sha256 of template '%s' failed", name);
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
     if (g->n_hashes < GEN_MAX_FILES) {
         snprintf(g->hashes[g->n_hashes].name, sizeof g->hashes[0].name, "%s", name);
@@ -227,7 +227,7 @@ static int name_ok(const char *s, size_t n)
 
 sj_status gen_config_parse(const char *text, gen_config *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "gen_config_parse: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "gen_config_parse: out is NULL");
     memset(out, 0, sizeof *out);
     if (!text) return SJ_OK;
     const char *p = text;
@@ -237,17 +237,17 @@ sj_status gen_config_parse(const char *text, gen_config *out)
         const char *eq = strchr(p, '=');
         const char *end = p + strcspn(p, ",");
         if (!eq || eq > end || !name_ok(p, (size_t)(eq - p)))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': expected NAME=INTEGER pairs separated by commas", text);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': expected NAME=INTEGER pairs separated by commas", text);
         char *num_end;
         long v = strtol(eq + 1, &num_end, 10);
         if (num_end == eq + 1 || num_end != end)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': value of '%.*s' is not an integer", text,
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': value of '%.*s' is not an integer", text,
                            (int)(eq - p), p);
         for (int i = 0; i < out->n; i++)
             if ((size_t)(eq - p) == strlen(out->names[i]) && !strncmp(out->names[i], p, (size_t)(eq - p)))
-                return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': '%s' given twice", text, out->names[i]);
+                return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': '%s' given twice", text, out->names[i]);
         if (out->n == GEN_MAX_PARAMS)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s': more than %d parameters", text, GEN_MAX_PARAMS);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': more than %d parameters", text, GEN_MAX_PARAMS);
         snprintf(out->names[out->n], sizeof out->names[0], "%.*s", (int)(eq - p), p);
         out->values[out->n++] = (int)v;
         p = end;
@@ -287,17 +287,17 @@ static sj_status push_template(gen_state *g, const char *name)
     size_t len;
     if (!gen_file(g, name, &len)) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_NOT_FOUND, "no template named '%s'%s%s", name, g->dir[0] ? " in " : "", g->dir);
+        return error_set(SJ_ERR_NOT_FOUND, "no template named '%s'%s%s", name, g->dir[0] ? " in " : "", g->dir);
     }
     if (sandbox_load_template(g->sb, name, err, sizeof err) != 0) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_TEMPLATE, "%s", err);
+        return error_set(SJ_ERR_TEMPLATE, "%s", err);
     }
     static const char *const required[] = { "name", "op", "params", "space", "valid", "default", "generate", NULL };
     for (const char *const *f = required; *f; f++) {
         if (lua_getfield(L, -1, *f) == LUA_TNIL) {
             lua_pop(L, 3);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: the returned table has no field '%s'", name, *f);
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: the returned table has no field '%s'", name, *f);
         }
         lua_pop(L, 1);
     }
@@ -358,14 +358,14 @@ static sj_status call_template(gen_state *g, const char *name, const char *fn, c
             return SJ_OK;
         }
         lua_pop(L, 2);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", name, fn);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", name, fn);
     }
     lua_remove(L, -2);
     push_problem(g, L, p);
     if (cfg) push_config(L, cfg);
     char err[4096];
     if (sandbox_pcall(g->sb, cfg ? 2 : 1, nresults, err, sizeof err) != LUA_OK)
-        return sj_fail(SJ_ERR_TEMPLATE, "%s (in %s.%s)", err, name, fn);
+        return error_set(SJ_ERR_TEMPLATE, "%s (in %s.%s)", err, name, fn);
     return SJ_OK;
 }
 
@@ -379,12 +379,12 @@ static sj_status template_params(gen_state *g, const char *name, gen_config *nam
     lua_getfield(L, -1, "params");
     if (!lua_istable(L, -1)) {
         lua_pop(L, 2);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: 'params' must be a list of names", name);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: 'params' must be a list of names", name);
     }
     lua_Integer n = luaL_len(L, -1);
     if (n > GEN_MAX_PARAMS) {
         lua_pop(L, 2);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: more than %d params", name, GEN_MAX_PARAMS);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: more than %d params", name, GEN_MAX_PARAMS);
     }
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, -1, i);
@@ -392,7 +392,7 @@ static sj_status template_params(gen_state *g, const char *name, gen_config *nam
         const char *s = lua_tolstring(L, -1, &l);
         if (!s || !name_ok(s, l)) {
             lua_pop(L, 3);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: params[%lld] is not a short identifier", name, (long long)i);
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: params[%lld] is not a short identifier", name, (long long)i);
         }
         snprintf(names_only->names[names_only->n++], 16, "%s", s);
         lua_pop(L, 1);
@@ -407,7 +407,7 @@ static sj_status read_config_table(lua_State *L, const char *name, const char *w
 {
     if (!lua_istable(L, -1)) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s must return a table of params", name, what);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s must return a table of params", name, what);
     }
     *out = *params;
     for (int i = 0; i < params->n; i++) {
@@ -417,7 +417,7 @@ static sj_status read_config_table(lua_State *L, const char *name, const char *w
         lua_pop(L, 1);
         if (!isnum) {
             lua_pop(L, 1);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives no integer for '%s'", name, what, params->names[i]);
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives no integer for '%s'", name, what, params->names[i]);
         }
         out->values[i] = (int)v;
     }
@@ -465,7 +465,7 @@ static sj_status resolve_config(gen_state *g, const char *name, const sj_problem
                 strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
                 strncat(known, out->names[j], sizeof known - strlen(known) - 1);
             }
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config: template %s has no parameter '%s' (it has %s)", name,
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "config: template %s has no parameter '%s' (it has %s)", name,
                            given.names[i], known);
         }
     }
@@ -517,7 +517,7 @@ sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_
     memset(out, 0, sizeof *out);
     if (!lua_istable(L, -1)) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space must be (or return) a table", name);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space must be (or return) a table", name);
     }
     out->n_params = params.n;
     for (int i = 0; i < params.n; i++) {
@@ -525,12 +525,12 @@ sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_
         lua_getfield(L, -1, params.names[i]);
         if (!lua_istable(L, -1)) {
             lua_pop(L, 2);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space has no list for param '%s'", name, params.names[i]);
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space has no list for param '%s'", name, params.names[i]);
         }
         lua_Integer n = luaL_len(L, -1);
         if (n < 1 || n > GEN_MAX_VALUES) {
             lua_pop(L, 2);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s must list 1..%d values", name, params.names[i],
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s must list 1..%d values", name, params.names[i],
                            GEN_MAX_VALUES);
         }
         for (lua_Integer j = 1; j <= n; j++) {
@@ -540,7 +540,7 @@ sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_
             lua_pop(L, 1);
             if (!isnum) {
                 lua_pop(L, 2);
-                return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s[%lld] is not an integer", name,
+                return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s[%lld] is not an integer", name,
                                params.names[i], (long long)j);
             }
             out->values[i][j - 1] = (int)v;
@@ -557,7 +557,7 @@ static sj_status read_dim3(lua_State *L, const char *name, const char *field, un
     lua_getfield(L, -1, field);
     if (!lua_istable(L, -1)) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs %s = {x, y, z}", name, field);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs %s = {x, y, z}", name, field);
     }
     for (int i = 0; i < 3; i++) {
         lua_geti(L, -1, i + 1);
@@ -566,7 +566,7 @@ static sj_status read_dim3(lua_State *L, const char *name, const char *field, un
         lua_pop(L, 1);
         if (!isnum || v < 1 || v > 0x7fffffff) {
             lua_pop(L, 1);
-            return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: %s[%d] must be a positive integer", name, field, i + 1);
+            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s[%d] must be a positive integer", name, field, i + 1);
         }
         out[i] = (unsigned)v;
     }
@@ -607,18 +607,18 @@ sj_status gen_generate(gen_state *g, const char *name, const sj_problem *p, cons
     st = check_valid(g, name, p, &c, &valid, reason, sizeof reason);
     if (st != SJ_OK) return st;
     if (!valid)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config %s is not valid for this problem: %s", canon, reason);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "config %s is not valid for this problem: %s", canon, reason);
     st = call_template(g, name, "generate", p, &c, 1);
     if (st != SJ_OK) return st;
     lua_State *L = sandbox_state(g->sb);
     if (!lua_istable(L, -1)) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() must return a table", name);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() must return a table", name);
     }
     sj_generated *x = calloc(1, sizeof *x);
     if (!x) {
         lua_pop(L, 1);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
     }
     x->source = dup_field(L, "source");
     x->entry = dup_field(L, "entry");
@@ -627,7 +627,7 @@ sj_status gen_generate(gen_state *g, const char *name, const sj_problem *p, cons
     if (!x->source || !x->entry) {
         lua_pop(L, 1);
         sj_generated_free(x);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs string fields source and entry", name);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs string fields source and entry", name);
     }
     if ((st = read_dim3(L, name, "grid", x->grid)) != SJ_OK || (st = read_dim3(L, name, "block", x->block)) != SJ_OK) {
         lua_pop(L, 1);
@@ -639,15 +639,15 @@ sj_status gen_generate(gen_state *g, const char *name, const sj_problem *p, cons
     lua_pop(L, 2);
     if (shared < 0 || shared > 232448) {
         sj_generated_free(x);
-        return sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: shared = %lld bytes is outside 0..232448", name, (long long)shared);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: shared = %lld bytes is outside 0..232448", name, (long long)shared);
     }
     x->shared_bytes = (unsigned)shared;
     if (!x->config || !x->template_name) {
         sj_generated_free(x);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
     }
     if (!strstr(x->source, x->entry)) {
-        sj_status s2 = sj_fail(SJ_ERR_TEMPLATE, "templates/%s.lua: entry '%s' does not occur in the source", name, x->entry);
+        sj_status s2 = error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: entry '%s' does not occur in the source", name, x->entry);
         sj_generated_free(x);
         return s2;
     }

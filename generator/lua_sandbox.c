@@ -2,7 +2,7 @@
  * (no io, os, debug, dofile/loadfile, binary load, math.random), a counting allocator that caps
  * memory, a count hook that caps instructions per call, `require` restricted to the template
  * set's lib/ modules, and here() for #line directives. */
-#include "lua_sandbox.h"
+#include "generator/lua_sandbox.h"
 
 #include <lauxlib.h>
 #include <lualib.h>

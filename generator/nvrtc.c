@@ -1,7 +1,7 @@
 /* nvrtc.c: NVRTC compilation of generated source straight to a cubin for a real arch
  * (-arch=sm_90a), so no PTX JIT happens at load time and the SASS can be inspected. */
-#include "nvrtc.h"
-#include "runtime/error.h"
+#include "generator/nvrtc.h"
+#include "core/error.h"
 
 #include <nvrtc.h>
 #include <stdio.h>
@@ -39,13 +39,13 @@ sj_status nvrtc_compile(const char *source, const char *name, const char *arch, 
 {
     if (cubin) *cubin = NULL;
     if (log) *log = NULL;
-    if (!source || !cubin || !cubin_size) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "nvrtc_compile: source/cubin/cubin_size is NULL");
+    if (!source || !cubin || !cubin_size) return error_set(SJ_ERR_INVALID_ARGUMENT, "nvrtc_compile: source/cubin/cubin_size is NULL");
     if (!arch_ok(arch))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "arch '%s': expected a real GPU arch such as sm_80 or sm_90a", arch ? arch : "(null)");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "arch '%s': expected a real GPU arch such as sm_80 or sm_90a", arch ? arch : "(null)");
     double t0 = now_seconds();
     nvrtcProgram prog;
     nvrtcResult r = nvrtcCreateProgram(&prog, source, name ? name : "sparsejit.cu", 0, NULL, NULL);
-    if (r != NVRTC_SUCCESS) return sj_fail(SJ_ERR_NVRTC, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+    if (r != NVRTC_SUCCESS) return error_set(SJ_ERR_NVRTC, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
     char arch_opt[32];
     snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
     const char *opts[] = { arch_opt, "-default-device", "-std=c++17", "-DNDEBUG", "--extra-device-vectorization" };
@@ -56,7 +56,7 @@ sj_status nvrtc_compile(const char *source, const char *name, const char *arch, 
         if (nvrtcGetProgramLog(prog, text) != NVRTC_SUCCESS) text[0] = 0;
     }
     if (r != NVRTC_SUCCESS) {
-        sj_status st = sj_fail(SJ_ERR_NVRTC, "NVRTC failed to compile %s for %s: %s\n%s", name ? name : "kernel", arch,
+        sj_status st = error_set(SJ_ERR_NVRTC, "NVRTC failed to compile %s for %s: %s\n%s", name ? name : "kernel", arch,
                                nvrtcGetErrorString(r), text ? text : "");
         if (log) *log = text; else free(text);
         nvrtcDestroyProgram(&prog);
@@ -69,7 +69,7 @@ sj_status nvrtc_compile(const char *source, const char *name, const char *arch, 
         free(bin);
         free(text);
         nvrtcDestroyProgram(&prog);
-        return sj_fail(SJ_ERR_NVRTC, "NVRTC produced no cubin for %s (arch %s)", name ? name : "kernel", arch);
+        return error_set(SJ_ERR_NVRTC, "NVRTC produced no cubin for %s (arch %s)", name ? name : "kernel", arch);
     }
     nvrtcDestroyProgram(&prog);
     *cubin = bin;

@@ -1,8 +1,8 @@
 /* context.c: the sparsejit context: device discovery through the driver API (or a compile-only
  * context without a GPU), device info, counters, device memory helpers, and the public
  * generate/compile entry points. A context is used by one thread at a time. */
-#include "error.h"
-#include "runtime.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
 #include "generator/nvrtc.h"
 
 #include <stdio.h>
@@ -26,38 +26,38 @@ static void arch_of(int major, int minor, char *buf, size_t len)
 static sj_status open_gpu(sj_context *ctx)
 {
     char reason[256] = "";
-    if (sj_cuda_load(reason, sizeof reason) != SJ_OK) {
+    if (cuda_load(reason, sizeof reason) != SJ_OK) {
         snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "%s", reason);
         return SJ_ERR_NO_GPU;
     }
     int count = 0;
-    CUresult r = sj_cu.cuDeviceGetCount(&count);
+    CUresult r = cu.cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS || count == 0) {
         snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "the NVIDIA driver reports no CUDA device");
         return SJ_ERR_NO_GPU;
     }
     if (ctx->opts.device_ordinal < 0 || ctx->opts.device_ordinal >= count)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: this machine has devices 0..%d",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: this machine has devices 0..%d",
                        ctx->opts.device_ordinal, count - 1);
-    SJ_CU_CHECK(sj_cu.cuDeviceGet(&ctx->device, ctx->opts.device_ordinal), "cuDeviceGet");
-    SJ_CU_CHECK(sj_cu.cuDevicePrimaryCtxRetain(&ctx->cu_ctx, ctx->device), "cuDevicePrimaryCtxRetain");
-    SJ_CU_CHECK(sj_cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
+    CU_CHECK(cu.cuDeviceGet(&ctx->device, ctx->opts.device_ordinal), "cuDeviceGet");
+    CU_CHECK(cu.cuDevicePrimaryCtxRetain(&ctx->cu_ctx, ctx->device), "cuDevicePrimaryCtxRetain");
+    CU_CHECK(cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
     sj_device_info *d = &ctx->info;
-    SJ_CU_CHECK(sj_cu.cuDeviceGetName(d->name, sizeof d->name, ctx->device), "cuDeviceGetName");
+    CU_CHECK(cu.cuDeviceGetName(d->name, sizeof d->name, ctx->device), "cuDeviceGetName");
     int v = 0;
 #define ATTR(field, attr) \
-    SJ_CU_CHECK(sj_cu.cuDeviceGetAttribute(&v, attr, ctx->device), "cuDeviceGetAttribute(" #attr ")"); field = v;
+    CU_CHECK(cu.cuDeviceGetAttribute(&v, attr, ctx->device), "cuDeviceGetAttribute(" #attr ")"); field = v;
     ATTR(d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
     ATTR(d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     ATTR(d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
     ATTR(d->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
     ATTR(d->max_shared_per_block_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 #undef ATTR
-    SJ_CU_CHECK(sj_cu.cuDeviceTotalMem(&d->total_memory, ctx->device), "cuDeviceTotalMem");
-    SJ_CU_CHECK(sj_cu.cuDriverGetVersion(&d->driver_version), "cuDriverGetVersion");
+    CU_CHECK(cu.cuDeviceTotalMem(&d->total_memory, ctx->device), "cuDeviceTotalMem");
+    CU_CHECK(cu.cuDriverGetVersion(&d->driver_version), "cuDriverGetVersion");
     arch_of(d->cc_major, d->cc_minor, d->arch, sizeof d->arch);
     if (d->cc_major < 8)
-        return sj_fail(SJ_ERR_UNSUPPORTED, "%s has compute capability %d.%d; sparsejit needs 8.0 or newer (Sparse Tensor Cores, cp.async)",
+        return error_set(SJ_ERR_UNSUPPORTED, "%s has compute capability %d.%d; sparsejit needs 8.0 or newer (Sparse Tensor Cores, cp.async)",
                        d->name, d->cc_major, d->cc_minor);
     ctx->has_gpu = 1;
     d->has_gpu = 1;
@@ -66,16 +66,16 @@ static sj_status open_gpu(sj_context *ctx)
 
 sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_context_create: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_context_create: out is NULL");
     *out = NULL;
     sj_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_context_create: out of memory");
+    if (!ctx) return error_set(SJ_ERR_OUT_OF_MEMORY, "sj_context_create: out of memory");
     if (opts) ctx->opts = *opts;
     else sj_context_options_init(&ctx->opts);
     if (ctx->opts.tune_policy < SJ_TUNE_NEVER || ctx->opts.tune_policy > SJ_TUNE_PINNED) {
         int policy = (int)ctx->opts.tune_policy;
         free(ctx);
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.tune_policy %d: expected SJ_TUNE_NEVER, SJ_TUNE_ON_MISS or SJ_TUNE_PINNED",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "opts.tune_policy %d: expected SJ_TUNE_NEVER, SJ_TUNE_ON_MISS or SJ_TUNE_PINNED",
                        policy);
     }
     kernel_table_init(&ctx->table);
@@ -83,25 +83,25 @@ sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
     sj_status st = open_gpu(ctx);
     if (st != SJ_OK && st != SJ_ERR_NO_GPU) goto fail;
     if (st == SJ_ERR_NO_GPU && ctx->opts.require_gpu) {
-        st = sj_fail(SJ_ERR_NO_GPU, "no GPU: %s", ctx->no_gpu_reason);
+        st = error_set(SJ_ERR_NO_GPU, "no GPU: %s", ctx->no_gpu_reason);
         goto fail;
     }
     snprintf(ctx->info.no_gpu_reason, sizeof ctx->info.no_gpu_reason, "%s", ctx->no_gpu_reason);
     if (ctx->opts.arch) {
         if (strlen(ctx->opts.arch) >= sizeof ctx->arch || strncmp(ctx->opts.arch, "sm_", 3)) {
-            st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s': expected e.g. sm_80 or sm_90a", ctx->opts.arch);
+            st = error_set(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s': expected e.g. sm_80 or sm_90a", ctx->opts.arch);
             goto fail;
         }
         if (ctx->has_gpu && strcmp(ctx->opts.arch, ctx->info.arch)) {
             if (ctx->opts.require_gpu) {
-                st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s' differs from the GPU's %s (%s): kernels could not run",
+                st = error_set(SJ_ERR_INVALID_ARGUMENT, "opts.arch '%s' differs from the GPU's %s (%s): kernels could not run",
                              ctx->opts.arch, ctx->info.arch, ctx->info.name);
                 goto fail;
             }
             /* Another arch than the GPU's: a compile-only context, as on a machine without one. */
             snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason,
                      "compile-only context for %s (the GPU, %s, is %s)", ctx->opts.arch, ctx->info.name, ctx->info.arch);
-            sj_cu.cuDevicePrimaryCtxRelease(ctx->device);
+            cu.cuDevicePrimaryCtxRelease(ctx->device);
             ctx->cu_ctx = NULL;
             ctx->has_gpu = 0;
             memset(&ctx->info, 0, sizeof ctx->info);
@@ -127,13 +127,13 @@ sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
     if (ctx->cache_path[0]) {
         st = cache_open(ctx->cache_path, &ctx->cache);
         if (st != SJ_OK) {
-            sj_fail_context(st, "opening the kernel cache %s (set SPARSEJIT_CACHE or opts.cache_path; \"\" disables it)",
+            error_prefix(st, "opening the kernel cache %s (set SPARSEJIT_CACHE or opts.cache_path; \"\" disables it)",
                             ctx->cache_path);
             goto fail;
         }
     }
     snprintf(ctx->info.cache_path, sizeof ctx->info.cache_path, "%s", ctx->cache_path);
-    sj_clear_error();
+    error_clear();
     *out = ctx;
     return SJ_OK;
 fail:
@@ -145,52 +145,52 @@ sj_status sj_context_destroy(sj_context *ctx)
 {
     if (!ctx) return SJ_OK;
     sj_status st = SJ_OK;
-    if (ctx->has_gpu) sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
+    if (ctx->has_gpu) cu.cuCtxSetCurrent(ctx->cu_ctx);
     for (int i = 0; i < ctx->n_kernels; i++) {
-        if (ctx->kernels[i]->module && sj_cu.cuModuleUnload(ctx->kernels[i]->module) != CUDA_SUCCESS)
-            st = sj_fail(SJ_ERR_CUDA, "cuModuleUnload failed while destroying the context");
+        if (ctx->kernels[i]->module && cu.cuModuleUnload(ctx->kernels[i]->module) != CUDA_SUCCESS)
+            st = error_set(SJ_ERR_CUDA, "cuModuleUnload failed while destroying the context");
         free(ctx->kernels[i]);
     }
     free(ctx->kernels);
-    if (ctx->scratch && sj_cu.cuMemFree(ctx->scratch) != CUDA_SUCCESS)
-        st = sj_fail(SJ_ERR_CUDA, "cuMemFree of the scratch buffer failed while destroying the context");
+    if (ctx->scratch && cu.cuMemFree(ctx->scratch) != CUDA_SUCCESS)
+        st = error_set(SJ_ERR_CUDA, "cuMemFree of the scratch buffer failed while destroying the context");
     kernel_table_free(&ctx->table);
     free(ctx->forced);
     cache_close(ctx->cache);
     gen_close(ctx->gen);
-    if (ctx->cu_ctx) sj_cu.cuDevicePrimaryCtxRelease(ctx->device);
+    if (ctx->cu_ctx) cu.cuDevicePrimaryCtxRelease(ctx->device);
     free(ctx);
     return st;
 }
 
 sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out)
 {
-    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_get_device_info: %s is NULL", !ctx ? "ctx" : "out");
+    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_get_device_info: %s is NULL", !ctx ? "ctx" : "out");
     *out = ctx->info;
     return SJ_OK;
 }
 
 sj_status sj_get_stats(sj_context *ctx, sj_stats *out)
 {
-    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_get_stats: %s is NULL", !ctx ? "ctx" : "out");
+    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_get_stats: %s is NULL", !ctx ? "ctx" : "out");
     *out = ctx->stats;
     return SJ_OK;
 }
 
 sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out)
 {
-    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_last_kernel_info: %s is NULL", !ctx ? "ctx" : "out");
-    if (!ctx->last.source) return sj_fail(SJ_ERR_NOT_FOUND, "no op has run on this context yet");
+    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_last_kernel_info: %s is NULL", !ctx ? "ctx" : "out");
+    if (!ctx->last.source) return error_set(SJ_ERR_NOT_FOUND, "no op has run on this context yet");
     *out = ctx->last;
     return SJ_OK;
 }
 
 sj_status rt_require_gpu(sj_context *ctx, const char *what)
 {
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
-    if (!ctx->has_gpu) return sj_fail(SJ_ERR_NO_GPU, "%s needs a GPU: %s", what, ctx->no_gpu_reason);
-    CUresult r = sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
-    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuCtxSetCurrent");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    if (!ctx->has_gpu) return error_set(SJ_ERR_NO_GPU, "%s needs a GPU: %s", what, ctx->no_gpu_reason);
+    CUresult r = cu.cuCtxSetCurrent(ctx->cu_ctx);
+    if (r != CUDA_SUCCESS) return cuda_error(r, "cuCtxSetCurrent");
     return SJ_OK;
 }
 
@@ -211,16 +211,16 @@ sj_status rt_generator(sj_context *ctx, gen_state **out)
 
 sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: out is NULL");
     *out = 0;
-    if (!bytes) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: bytes must be > 0");
+    if (!bytes) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: bytes must be > 0");
     sj_status st = rt_require_gpu(ctx, "sj_malloc");
     if (st != SJ_OK) return st;
     CUdeviceptr p;
-    CUresult r = sj_cu.cuMemAlloc(&p, bytes);
+    CUresult r = cu.cuMemAlloc(&p, bytes);
     if (r != CUDA_SUCCESS) {
-        sj_cuda_fail(r, "cuMemAlloc");
-        return sj_fail_context(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
+        cuda_error(r, "cuMemAlloc");
+        return error_prefix(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
                                "sj_malloc(%zu bytes)", bytes);
     }
     *out = p;
@@ -237,7 +237,7 @@ sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out)
     if (ctx->scratch) {
         /* the kernels queued on it must finish before it goes */
         if ((st = sj_synchronize(ctx)) != SJ_OK) return st;
-        SJ_CU_CHECK(sj_cu.cuMemFree(ctx->scratch), "cuMemFree (scratch)");
+        CU_CHECK(cu.cuMemFree(ctx->scratch), "cuMemFree (scratch)");
         ctx->scratch = 0;
         ctx->scratch_bytes = 0;
     }
@@ -258,7 +258,7 @@ sj_status sj_free(sj_context *ctx, sj_devptr ptr)
     if (!ptr) return SJ_OK;
     sj_status st = rt_require_gpu(ctx, "sj_free");
     if (st != SJ_OK) return st;
-    SJ_CU_CHECK(sj_cu.cuMemFree(ptr), "cuMemFree");
+    CU_CHECK(cu.cuMemFree(ptr), "cuMemFree");
     return SJ_OK;
 }
 
@@ -266,8 +266,8 @@ sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t
 {
     sj_status st = rt_require_gpu(ctx, "sj_memcpy_htod");
     if (st != SJ_OK) return st;
-    if (!dst || !src) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_htod: %s is NULL", !dst ? "dst" : "src");
-    SJ_CU_CHECK(sj_cu.cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+    if (!dst || !src) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_htod: %s is NULL", !dst ? "dst" : "src");
+    CU_CHECK(cu.cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
     return SJ_OK;
 }
 
@@ -275,8 +275,8 @@ sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes
 {
     sj_status st = rt_require_gpu(ctx, "sj_memcpy_dtoh");
     if (st != SJ_OK) return st;
-    if (!dst || !src) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_dtoh: %s is NULL", !dst ? "dst" : "src");
-    SJ_CU_CHECK(sj_cu.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+    if (!dst || !src) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_dtoh: %s is NULL", !dst ? "dst" : "src");
+    CU_CHECK(cu.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
     return SJ_OK;
 }
 
@@ -284,8 +284,8 @@ sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size
 {
     sj_status st = rt_require_gpu(ctx, "sj_memset_u8");
     if (st != SJ_OK) return st;
-    if (!dst) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_memset_u8: dst is NULL");
-    SJ_CU_CHECK(sj_cu.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+    if (!dst) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memset_u8: dst is NULL");
+    CU_CHECK(cu.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
     return SJ_OK;
 }
 
@@ -293,7 +293,7 @@ sj_status sj_synchronize(sj_context *ctx)
 {
     sj_status st = rt_require_gpu(ctx, "sj_synchronize");
     if (st != SJ_OK) return st;
-    SJ_CU_CHECK(sj_cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)");
+    CU_CHECK(cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)");
     return SJ_OK;
 }
 
@@ -301,7 +301,7 @@ sj_status sj_synchronize(sj_context *ctx)
 
 sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config, sj_generated **out)
 {
-    if (!ctx || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
+    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
     *out = NULL;
     sj_status st = sj_problem_validate(problem);
     if (st != SJ_OK) return st;
@@ -316,7 +316,7 @@ sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *co
 sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
 {
     if (!ctx || !g || !cubin || !cubin_size)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
     double secs = 0;
     sj_status st = nvrtc_compile(g->source, g->entry, ctx->arch, cubin, cubin_size, log, &secs);
     ctx->stats.nvrtc_compiles++;
@@ -326,13 +326,13 @@ sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_
 
 sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config)
 {
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: ctx is NULL");
     sj_status st = sj_problem_validate(problem);
     if (st != SJ_OK) return st;
     sj_problem norm;
     kernel_table_normalize(problem, &norm);
     if (config && strlen(config) >= sizeof ctx->forced[0].config)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
     for (int i = 0; i < ctx->n_forced; i++)
         if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) {
             if (config && config[0]) {
@@ -346,7 +346,7 @@ sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *
     if (ctx->n_forced == ctx->cap_forced) {
         int cap = ctx->cap_forced ? ctx->cap_forced * 2 : 8;
         void *p = realloc(ctx->forced, (size_t)cap * sizeof *ctx->forced);
-        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_set_config: out of memory");
+        if (!p) return error_set(SJ_ERR_OUT_OF_MEMORY, "sj_set_config: out of memory");
         ctx->forced = p;
         ctx->cap_forced = cap;
     }

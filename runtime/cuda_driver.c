@@ -1,15 +1,15 @@
 /* cuda_driver.c: loads libcuda with dlopen and resolves the driver functions the library uses.
  * The names go through cuda.h's macros (cuMemAlloc -> cuMemAlloc_v2), so each pointer is the
  * versioned entry point matching the prototype we compile against. */
-#include "cuda_driver.h"
-#include "error.h"
+#include "runtime/cuda_driver.h"
+#include "core/error.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-sj_cuda_api sj_cu;
+cuda_api cu;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static sj_status load_status = SJ_ERR_NO_GPU;
@@ -27,36 +27,36 @@ static void load_driver(void)
         snprintf(load_reason, sizeof load_reason, "libcuda.so.1 not found (no NVIDIA driver): %s", dlerror());
         return;
     }
-#define SJ_CU_RESOLVE(name)                                                              \
-    sj_cu.name = (__typeof__(sj_cu.name))dlsym(h, SJ_XSTR(name));                         \
-    if (!sj_cu.name) {                                                                   \
+#define CU_RESOLVE(name)                                                              \
+    cu.name = (__typeof__(cu.name))dlsym(h, SJ_XSTR(name));                         \
+    if (!cu.name) {                                                                   \
         snprintf(load_reason, sizeof load_reason, "libcuda lacks %s (driver too old)", SJ_XSTR(name)); \
         return;                                                                          \
     }
-    SJ_CU_FUNCTIONS(SJ_CU_RESOLVE)
-#undef SJ_CU_RESOLVE
-    CUresult r = sj_cu.cuInit(0);
+    CU_FUNCTIONS(CU_RESOLVE)
+#undef CU_RESOLVE
+    CUresult r = cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *s = NULL;
-        sj_cu.cuGetErrorString(r, &s);
+        cu.cuGetErrorString(r, &s);
         snprintf(load_reason, sizeof load_reason, "cuInit failed: %s (error %d)", s ? s : "?", (int)r);
         return;
     }
     load_status = SJ_OK;
 }
 
-sj_status sj_cuda_load(char *reason, size_t reason_len)
+sj_status cuda_load(char *reason, size_t reason_len)
 {
     pthread_once(&load_once, load_driver);
     if (load_status != SJ_OK && reason) snprintf(reason, reason_len, "%s", load_reason);
     return load_status;
 }
 
-sj_status sj_cuda_fail(CUresult r, const char *what)
+sj_status cuda_error(CUresult r, const char *what)
 {
     const char *name = NULL, *text = NULL;
-    if (sj_cu.cuGetErrorName) sj_cu.cuGetErrorName(r, &name);
-    if (sj_cu.cuGetErrorString) sj_cu.cuGetErrorString(r, &text);
-    return sj_fail(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
+    if (cu.cuGetErrorName) cu.cuGetErrorName(r, &name);
+    if (cu.cuGetErrorString) cu.cuGetErrorString(r, &text);
+    return error_set(r == CUDA_ERROR_OUT_OF_MEMORY ? SJ_ERR_OUT_OF_MEMORY : SJ_ERR_CUDA,
                    "%s: %s (%s)", what, name ? name : "CUDA error", text ? text : "no description");
 }

@@ -1,7 +1,8 @@
 /* kernel.c: the request path of one kernel (../shared/design.md): in-process table, then the
  * SQLite cache, then template + NVRTC (stored back into the cache), then load and launch. */
-#include "error.h"
-#include "runtime.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
+#include "core/problem.h"
 #include "generator/nvrtc.h"
 
 #include <stdio.h>
@@ -36,7 +37,7 @@ sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key)
     key->m = p->m;
     key->n = p->n;
     key->k = p->k;
-    rt_sparsity_text(p, key->sparsity, sizeof key->sparsity);
+    problem_key_text(p, key->sparsity, sizeof key->sparsity);
     return SJ_OK;
 }
 
@@ -45,7 +46,7 @@ static sj_status remember(sj_context *ctx, loaded_kernel *k)
     if (ctx->n_kernels == ctx->cap_kernels) {
         int cap = ctx->cap_kernels ? ctx->cap_kernels * 2 : 16;
         void *p = realloc(ctx->kernels, (size_t)cap * sizeof *ctx->kernels);
-        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "kernel list: out of memory");
+        if (!p) return error_set(SJ_ERR_OUT_OF_MEMORY, "kernel list: out of memory");
         ctx->kernels = p;
         ctx->cap_kernels = cap;
     }
@@ -58,7 +59,7 @@ static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_ke
                             sj_kernel_source source, loaded_kernel **out)
 {
     loaded_kernel *k = calloc(1, sizeof *k);
-    if (!k) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "loading kernel: out of memory");
+    if (!k) return error_set(SJ_ERR_OUT_OF_MEMORY, "loading kernel: out of memory");
     kernel_table_normalize(p, &k->problem);
     snprintf(k->config, sizeof k->config, "%s", ck->config);
     snprintf(k->template_name, sizeof k->template_name, "%s", tname);
@@ -66,25 +67,25 @@ static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_ke
     memcpy(k->block, ck->block, sizeof k->block);
     k->shared_bytes = ck->shared_bytes;
     k->source = source;
-    CUresult r = sj_cu.cuModuleLoadData(&k->module, ck->cubin);
+    CUresult r = cu.cuModuleLoadData(&k->module, ck->cubin);
     if (r != CUDA_SUCCESS) {
         free(k);
-        return sj_cuda_fail(r, "cuModuleLoadData (cubin built for another arch or driver?)");
+        return cuda_error(r, "cuModuleLoadData (cubin built for another arch or driver?)");
     }
     sj_status st = SJ_OK;
-    r = sj_cu.cuModuleGetFunction(&k->function, k->module, ck->entry);
-    if (r != CUDA_SUCCESS) st = sj_cuda_fail(r, "cuModuleGetFunction");
+    r = cu.cuModuleGetFunction(&k->function, k->module, ck->entry);
+    if (r != CUDA_SUCCESS) st = cuda_error(r, "cuModuleGetFunction");
     if (st == SJ_OK && k->shared_bytes > 48 * 1024) {
         if (k->shared_bytes > ctx->info.max_shared_per_block_optin)
-            st = sj_fail(SJ_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; %s allows %zu", ck->entry,
+            st = error_set(SJ_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; %s allows %zu", ck->entry,
                          k->shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
-        else if ((r = sj_cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        else if ((r = cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                (int)k->shared_bytes)) != CUDA_SUCCESS)
-            st = sj_cuda_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+            st = cuda_error(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     }
     if (st == SJ_OK) st = remember(ctx, k);
     if (st != SJ_OK) {
-        sj_cu.cuModuleUnload(k->module);
+        cu.cuModuleUnload(k->module);
         free(k);
         return st;
     }
@@ -117,7 +118,7 @@ static sj_status build(sj_context *ctx, const sj_problem *p, const cache_key *ke
     ctx->stats.nvrtc_seconds += ck->compile_seconds;
     free(log);
     sj_generated_free(gen);
-    if (st != SJ_OK) return sj_fail_context(st, "compiling %s config %s", tname, ck->config);
+    if (st != SJ_OK) return error_prefix(st, "compiling %s config %s", tname, ck->config);
     if (ctx->cache && cache_put_kernel(ctx->cache, key, ck) != SJ_OK) {
         /* The kernel is good; a cache that cannot store it only costs a later compile. */
         fprintf(stderr, "sparsejit: warning: could not store kernel in %s: %s\n", ctx->cache_path, sj_last_error());
@@ -247,7 +248,7 @@ sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, si
     o.budget_seconds = 60;
     sj_tune_result r;
     sj_status st = sj_tune(ctx, p, &o, &r);
-    if (st != SJ_OK) return sj_fail_context(st, "tuning on first use (SJ_TUNE_ON_MISS)");
+    if (st != SJ_OK) return error_prefix(st, "tuning on first use (SJ_TUNE_ON_MISS)");
     snprintf(config, len, "%s", r.config);
     sj_tune_result_free(&r);
     return SJ_OK;
@@ -257,13 +258,22 @@ sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *
 {
     /* The context may be used from another thread than the one that created it. */
     CUcontext current = NULL;
-    if (sj_cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu_ctx) {
-        CUresult r = sj_cu.cuCtxSetCurrent(ctx->cu_ctx);
-        if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuCtxSetCurrent");
+    if (cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu_ctx) {
+        CUresult r = cu.cuCtxSetCurrent(ctx->cu_ctx);
+        if (r != CUDA_SUCCESS) return cuda_error(r, "cuCtxSetCurrent");
     }
-    CUresult r = sj_cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+    CUresult r = cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                                       k->block[2], k->shared_bytes, (CUstream)stream, args, NULL);
-    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "cuLaunchKernel");
+    if (r != CUDA_SUCCESS) return cuda_error(r, "cuLaunchKernel");
     ctx->stats.launches++;
+    return SJ_OK;
+}
+
+sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment)
+{
+    if (!p) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s is a null device pointer", name);
+    if (alignment && p % alignment)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s = 0x%llx is not %u-byte aligned", name,
+                       (unsigned long long)p, alignment);
     return SJ_OK;
 }

@@ -1,7 +1,7 @@
 /* kernel_table.c: open-addressing hash table from (problem, config) to loaded kernels; the
  * in-process lookup that makes a warm launch cost no SQLite, Lua or NVRTC work. */
-#include "kernel_table.h"
-#include "error.h"
+#include "runtime/kernel_table.h"
+#include "core/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +76,7 @@ static sj_status grow(kernel_table *t)
 {
     size_t cap = t->cap ? t->cap * 2 : 64;
     kernel_table_slot *slots = calloc(cap, sizeof *slots);
-    if (!slots) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "kernel table: cannot grow to %zu slots", cap);
+    if (!slots) return error_set(SJ_ERR_OUT_OF_MEMORY, "kernel table: cannot grow to %zu slots", cap);
     kernel_table old = *t;
     t->slots = slots;
     t->cap = cap;
@@ -95,7 +95,7 @@ sj_status kernel_table_put(kernel_table *t, const sj_problem *p, const char *con
 {
     if (!config) config = "";
     if (strlen(config) >= sizeof t->slots[0].config)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "config '%s' is longer than %zu characters", config,
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s' is longer than %zu characters", config,
                        sizeof t->slots[0].config - 1);
     if ((t->count + 1) * 4 > t->cap * 3) {
         sj_status st = grow(t);

@@ -4,7 +4,7 @@
 #define SJ_KERNEL_TABLE_H
 
 #include "sparsejit.h"
-#include "cuda_driver.h"
+#include "runtime/cuda_driver.h"
 
 typedef struct loaded_kernel {
     sj_problem problem;

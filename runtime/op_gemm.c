@@ -1,13 +1,13 @@
 /* op_gemm.c: the dense GEMM op, C = A.B (row-major): argument checks, then the request path. */
-#include "error.h"
-#include "runtime.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
 
 sj_status sj_gemm(sj_context *ctx, const sj_problem *p, sj_devptr A, sj_devptr B, sj_devptr C, void *stream)
 {
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_gemm: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_gemm: ctx is NULL");
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
-    if (p->op != SJ_OP_GEMM) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_gemm: problem.op is %s, expected gemm", sj_op_name(p->op));
+    if (p->op != SJ_OP_GEMM) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_gemm: problem.op is %s, expected gemm", sj_op_name(p->op));
     if ((st = rt_check_ptr("A", A, 16)) != SJ_OK || (st = rt_check_ptr("B", B, 16)) != SJ_OK ||
         (st = rt_check_ptr("C", C, 16)) != SJ_OK)
         return st;

@@ -9,17 +9,17 @@
  * Both check every argument against the problem before anything reaches the GPU. */
 #include <string.h>
 
-#include "error.h"
-#include "runtime.h"
-#include "twell_format.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
+#include "runtime/twell_format.h"
 
 static sj_status check_problem(sj_context *ctx, const sj_problem *p, sj_op op, const char *what)
 {
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     if (p->op != op)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected %s", what, sj_op_name(p->op), sj_op_name(op));
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected %s", what, sj_op_name(p->op), sj_op_name(op));
     return SJ_OK;
 }
 
@@ -29,10 +29,10 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_de
     sj_status st = check_problem(ctx, p, SJ_OP_TWELL_GATE, "sj_twell_gate");
     if (st != SJ_OK) return st;
     if (p->out_dtype != p->dtype)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.out_dtype is %s; the TwELL values have the input dtype %s",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.out_dtype is %s; the TwELL values have the input dtype %s",
                        sj_dtype_name(p->out_dtype), sj_dtype_name(p->dtype));
     if (p->k % 8)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.k (d_model) = %lld must be a multiple of 8",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_gate: problem.k (d_model) = %lld must be a multiple of 8",
                        (long long)p->k);
     if ((st = rt_check_ptr("X", X, 16)) != SJ_OK || (st = rt_check_ptr("WgT", WgT, 16)) != SJ_OK ||
         (st = twell_check_device(H, p, "sj_twell_gate")) != SJ_OK)
@@ -47,10 +47,10 @@ sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj
 {
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    sj_tensor_map map_x, map_w;
+    tensor_map map_x, map_w;
     sj_status st;
-    if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, SJ_TMA_WGMMA, "TMA descriptor of X")) != SJ_OK ||
-        (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, SJ_TMA_WGMMA, "TMA descriptor of WgT")) != SJ_OK)
+    if ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->k, TMA_WGMMA, "TMA descriptor of X")) != SJ_OK ||
+        (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, TMA_WGMMA, "TMA descriptor of WgT")) != SJ_OK)
         return st;
     void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w };
     return rt_launch(ctx, k, args, stream);
@@ -62,10 +62,10 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
     sj_status st = check_problem(ctx, p, SJ_OP_TWELL_FFN, "sj_twell_ffn");
     if (st != SJ_OK) return st;
     if (p->n != p->k)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: problem.n = %lld and problem.k = %lld must both be d_model",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: problem.n = %lld and problem.k = %lld must both be d_model",
                        (long long)p->n, (long long)p->k);
     if (p->n % 8)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: d_model = %lld must be a multiple of 8", (long long)p->n);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_ffn: d_model = %lld must be a multiple of 8", (long long)p->n);
     if ((st = rt_check_ptr("X", X, 16)) != SJ_OK || (st = rt_check_ptr("WuT", WuT, 16)) != SJ_OK ||
         (st = rt_check_ptr("Wd", Wd, 16)) != SJ_OK || (st = rt_check_ptr("Y", Y, 16)) != SJ_OK ||
         (st = twell_check_device(H, p, "sj_twell_ffn")) != SJ_OK)
@@ -100,10 +100,10 @@ sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_
     }
     int m = (int)p->m, d = (int)p->n, f = (int)p->d_ff;
     sj_devptr entries = H->entries, counts = H->counts, spill = H->spill;
-    sj_tensor_map map_x, map_wu, map_wd;
-    if (algo2 && ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->n, SJ_TMA_ROWS32, "TMA descriptor of X")) != SJ_OK ||
-                  (st = rt_tensor_map_rows(ctx, &map_wu, WuT, p->d_ff, p->n, SJ_TMA_ROWS32, "TMA descriptor of WuT")) != SJ_OK ||
-                  (st = rt_tensor_map_rows(ctx, &map_wd, Wd, p->d_ff, p->n, SJ_TMA_WGMMA, "TMA descriptor of Wd")) != SJ_OK))
+    tensor_map map_x, map_wu, map_wd;
+    if (algo2 && ((st = rt_tensor_map_rows(ctx, &map_x, X, p->m, p->n, TMA_ROWS32, "TMA descriptor of X")) != SJ_OK ||
+                  (st = rt_tensor_map_rows(ctx, &map_wu, WuT, p->d_ff, p->n, TMA_ROWS32, "TMA descriptor of WuT")) != SJ_OK ||
+                  (st = rt_tensor_map_rows(ctx, &map_wd, Wd, p->d_ff, p->n, TMA_WGMMA, "TMA descriptor of Wd")) != SJ_OK))
         return st;
     /* the launch reads as many arguments as the kernel declares: ALGO 0 and 1 stop at work */
     void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work, &map_x, &map_wu, &map_wd };

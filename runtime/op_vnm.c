@@ -1,9 +1,9 @@
 /* op_vnm.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
  * compressor (templates/vnm_compress.lua) and sj_vnm_spmm (templates/vnm_spmm.lua through the
  * request path: kernel table, cache, template + NVRTC). */
-#include "error.h"
-#include "runtime.h"
-#include "vnm_format.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
+#include "runtime/vnm_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 
 sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d)
 {
-    if (!ctx || !d) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_device_free: ctx or d is NULL");
+    if (!ctx || !d) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_device_free: ctx or d is NULL");
     sj_status st = SJ_OK, s2;
     sj_devptr ptrs[3] = { d->values, d->meta, d->index };
     for (int i = 0; i < 3; i++)
@@ -36,11 +36,11 @@ static sj_status device_alloc(sj_context *ctx, const sj_vnm_layout *l, sj_vnm_de
 
 sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: ctx is NULL");
     if (!h || !h->values || !h->meta || !h->index)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: h or its arrays are NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: h or its arrays are NULL");
     const sj_vnm_layout *l = &h->layout;
     sj_status st = vnm_layout_check(l, "sj_vnm_upload");
     if (st != SJ_OK || (st = device_alloc(ctx, l, out)) != SJ_OK) return st;
@@ -53,9 +53,9 @@ sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *ou
 
 sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!ctx || !d) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: ctx or d is NULL");
+    if (!ctx || !d) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: ctx or d is NULL");
     const sj_vnm_layout *l = &d->layout;
     sj_status st = vnm_layout_check(l, "sj_vnm_download");
     if (st != SJ_OK) return st;
@@ -65,7 +65,7 @@ sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *
     out->index = malloc(l->index_bytes);
     if (!out->values || !out->meta || !out->index) {
         sj_vnm_host_free(out);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_vnm_download: cannot allocate %zu bytes",
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "sj_vnm_download: cannot allocate %zu bytes",
                        l->values_bytes + l->meta_bytes + l->index_bytes);
     }
     if ((st = sj_memcpy_dtoh(ctx, out->values, d->values, l->values_bytes)) != SJ_OK ||
@@ -77,7 +77,7 @@ sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *
 
 sj_status sj_vnm_problem(const sj_vnm_layout *l, int64_t n, sj_dtype out_dtype, sj_problem *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_problem: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_problem: out is NULL");
     sj_status st = vnm_layout_check(l, "sj_vnm_problem");
     if (st != SJ_OK) return st;
     sj_problem_init(out, SJ_OP_VNM_SPMM, l->dtype, l->rows, n, l->cols);
@@ -91,23 +91,23 @@ sj_status sj_vnm_problem(const sj_vnm_layout *l, int64_t n, sj_dtype out_dtype, 
 sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
                       float alpha, float beta, void *stream)
 {
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: ctx is NULL");
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     if (p->op != SJ_OP_VNM_SPMM)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.op is %s, expected vnm-spmm", sj_op_name(p->op));
-    if (!A) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: A is NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.op is %s, expected vnm-spmm", sj_op_name(p->op));
+    if (!A) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: A is NULL");
     const sj_vnm_layout *l = &A->layout;
     if ((st = vnm_layout_check(l, "sj_vnm_spmm")) != SJ_OK) return st;
     if (p->dtype != l->dtype || p->m != l->rows || p->k != l->cols || p->vnm_v != l->v || p->vnm_n != l->n ||
         p->vnm_m != l->m)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
                        "sj_vnm_spmm: problem (%s, m=%lld, k=%lld, V:N:M %d:%d:%d) does not match A (%s, %lldx%lld, "
                        "%d:%d:%d); see sj_vnm_problem",
                        sj_dtype_name(p->dtype), (long long)p->m, (long long)p->k, p->vnm_v, p->vnm_n, p->vnm_m,
                        sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->v, l->n, l->m);
     if (p->n % 8)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: n = %lld must be a multiple of 8 (16-byte rows of B and C)",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: n = %lld must be a multiple of 8 (16-byte rows of B and C)",
                        (long long)p->n);
     if ((st = rt_check_ptr("A.values", A->values, 16)) != SJ_OK || (st = rt_check_ptr("A.meta", A->meta, 16)) != SJ_OK ||
         (st = rt_check_ptr("A.index", A->index, 16)) != SJ_OK || (st = rt_check_ptr("B", B, 16)) != SJ_OK ||
@@ -133,7 +133,7 @@ static sj_status compressor_for(sj_context *ctx, const sj_vnm_layout *l, const l
     p.vnm_n = l->n;
     p.vnm_m = l->m;
     sj_status st = rt_kernel_for(ctx, &p, out);
-    return st == SJ_OK ? st : sj_fail_context(st, "the V:N:M compressor kernel");
+    return st == SJ_OK ? st : error_prefix(st, "the V:N:M compressor kernel");
 }
 
 /* The message of the first violation the kernel found (its key: see templates/vnm_compress.lua). */
@@ -144,12 +144,12 @@ static sj_status pattern_error(const sj_vnm_layout *l, unsigned long long key)
     long long c0 = g * l->m, c1 = c0 + l->m < l->cols ? c0 + l->m - 1 : l->cols - 1;
     if (sub == 0) {
         long long r0 = rb * l->v, r1 = r0 + l->v < l->rows ? r0 + l->v - 1 : l->rows - 1;
-        return sj_fail(SJ_ERR_PATTERN,
+        return error_set(SJ_ERR_PATTERN,
                        "not V:%d:%d: rows %lld..%lld, columns %lld..%lld (row block %lld, group %lld) have non-zeros in "
                        "more than 4 columns; a block keeps at most 4",
                        l->n, l->m, r0, r1, c0, c1, rb, g);
     }
-    return sj_fail(SJ_ERR_PATTERN,
+    return error_set(SJ_ERR_PATTERN,
                    "not V:%d:%d: row %lld has more than 2 non-zeros in columns %lld..%lld (group %lld); 2:4 keeps at "
                    "most 2 of the block's 4 columns",
                    l->n, l->m, rb * l->v + sub - 1, c0, c1, g);
@@ -158,17 +158,17 @@ static sj_status pattern_error(const sj_vnm_layout *l, unsigned long long key)
 sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,
                                  sj_vnm_select select, sj_vnm_device *out, void *stream)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!ctx) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: ctx is NULL");
     sj_status st = vnm_layout_check(l, "sj_vnm_compress_device");
     if (st != SJ_OK) return st;
     if ((st = rt_check_ptr("A", A, 2)) != SJ_OK) return st;
     if (lda < l->cols)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: lda = %lld is less than cols = %lld",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: lda = %lld is less than cols = %lld",
                        (long long)lda, (long long)l->cols);
     if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: select = %d is not an sj_vnm_select", (int)select);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: select = %d is not an sj_vnm_select", (int)select);
     if ((st = rt_require_gpu(ctx, "compressing on the device")) != SJ_OK) return st;
     const loaded_kernel *k;
     if ((st = compressor_for(ctx, l, &k)) != SJ_OK) return st;
@@ -183,8 +183,8 @@ sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_dev
     void *args[] = { &A, &ld, &sel, &out->values, &out->meta, &out->index, &err_word };
     if ((st = rt_launch(ctx, k, args, stream)) != SJ_OK) goto done;
     /* The violation word is read back, so the kernel must be done first. */
-    if ((r = sj_cu.cuStreamSynchronize((CUstream)stream)) != CUDA_SUCCESS) {
-        st = sj_cuda_fail(r, "cuStreamSynchronize (V:N:M compressor)");
+    if ((r = cu.cuStreamSynchronize((CUstream)stream)) != CUDA_SUCCESS) {
+        st = cuda_error(r, "cuStreamSynchronize (V:N:M compressor)");
         goto done;
     }
     if ((st = sj_memcpy_dtoh(ctx, &key, err_word, sizeof key)) != SJ_OK) goto done;
@@ -199,7 +199,7 @@ done:
         char keep[2048];
         snprintf(keep, sizeof keep, "%s", sj_last_error());
         sj_vnm_device_free(ctx, out);
-        sj_fail(st, "%s", keep);
+        error_set(st, "%s", keep);
     }
     return st;
 }

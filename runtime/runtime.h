@@ -4,10 +4,10 @@
 #define SJ_RUNTIME_H
 
 #include "sparsejit.h"
-#include "cuda_driver.h"
-#include "kernel_table.h"
-#include "../cache/cache.h"
-#include "../generator/generator.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/kernel_table.h"
+#include "cache/cache.h"
+#include "generator/generator.h"
 
 struct sj_context {
     sj_context_options opts;
@@ -46,8 +46,6 @@ sj_status rt_require_gpu(sj_context *ctx, const char *what);
 sj_status rt_generator(sj_context *ctx, gen_state **out);
 /* Fills the cache key of problem for the context's device and the op's template. */
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
-/* Canonical sparsity text of a problem ("V=64,NS=2,MS=8", "T=128,C=16", ""). */
-void rt_sparsity_text(const sj_problem *p, char *buf, size_t len);
 /* Tunes p (budgeted search) and writes the winner's config: SJ_TUNE_ON_MISS. */
 sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len);
 /* Monotonic seconds. */
@@ -56,14 +54,14 @@ double rt_seconds(void);
 sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment);
 
 /* A TMA descriptor (CUtensorMap: 128 bytes, 64-byte aligned), passed by value to kernels. */
-typedef struct sj_tensor_map { _Alignas(64) unsigned long long opaque[16]; } sj_tensor_map;
+typedef struct tensor_map { _Alignas(64) unsigned long long opaque[16]; } tensor_map;
 /* The box and swizzle a kernel reads a matrix with (tensor_map.c): 64 x 64 elements swizzled
  * by 128 bytes (wgmma operands), or 256 rows x 32 elements swizzled by 64 bytes (row gathers). */
-typedef enum sj_tma_shape { SJ_TMA_WGMMA, SJ_TMA_ROWS32 } sj_tma_shape;
+typedef enum tma_shape { TMA_WGMMA, TMA_ROWS32 } tma_shape;
 /* The descriptor of a row-major rows x cols 16-bit matrix at base in boxes of the given shape,
  * zero fill (tensor_map.c); zeros unless the context's arch is sm_90a. */
-sj_status rt_tensor_map_rows(sj_context *ctx, sj_tensor_map *map, sj_devptr base, int64_t rows, int64_t cols,
-                             sj_tma_shape shape, const char *what);
+sj_status rt_tensor_map_rows(sj_context *ctx, tensor_map *map, sj_devptr base, int64_t rows, int64_t cols,
+                             tma_shape shape, const char *what);
 /* Launches a twell-gate kernel with its ABI (X, WgT, H, M, N, K, and the TMA descriptors of X
  * and WgT): sj_twell_gate and the tuner's harness share it. */
 sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,

@@ -1,8 +1,8 @@
 /* vnm_format.c: the host side of the V:N:M format: layout sizes, magnitude pruning, lossless
  * compression of a matrix that already has the pattern (and the pattern check), and
  * decompression with consistency checks. The compressed order is in vnm_format.h. */
-#include "vnm_format.h"
-#include "error.h"
+#include "runtime/vnm_format.h"
+#include "core/error.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -10,20 +10,20 @@
 
 sj_status sj_vnm_layout_init(sj_vnm_layout *l, sj_dtype dtype, int v, int n, int m, int64_t rows, int64_t cols)
 {
-    if (!l) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_layout_init: layout is NULL");
+    if (!l) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_layout_init: layout is NULL");
     memset(l, 0, sizeof *l);
     if (dtype != SJ_DTYPE_F16 && dtype != SJ_DTYPE_BF16)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M dtype %d: expected f16 or bf16", (int)dtype);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M dtype %d: expected f16 or bf16", (int)dtype);
     if (v != 16 && v != 32 && v != 64 && v != 128)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M V = %d: V must be 16, 32, 64 or 128", v);
-    if (n != 2) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M N = %d: only N = 2 is supported", n);
-    if (m < 4 || m > 128) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M M = %d: M must be in 4..128", m);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M V = %d: V must be 16, 32, 64 or 128", v);
+    if (n != 2) return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M N = %d: only N = 2 is supported", n);
+    if (m < 4 || m > 128) return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M M = %d: M must be in 4..128", m);
     /* Kernel offsets are 64-bit, but rows and the gathered k are int kernel arguments. */
     const int64_t max_dim = (int64_t)1 << 30;
     if (rows <= 0 || rows > max_dim)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M rows = %lld: expected 1..%lld", (long long)rows, (long long)max_dim);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M rows = %lld: expected 1..%lld", (long long)rows, (long long)max_dim);
     if (cols <= 0 || cols > max_dim)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "V:N:M cols = %lld: expected 1..%lld", (long long)cols, (long long)max_dim);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "V:N:M cols = %lld: expected 1..%lld", (long long)cols, (long long)max_dim);
     l->dtype = dtype;
     l->v = v;
     l->n = n;
@@ -43,12 +43,12 @@ sj_status sj_vnm_layout_init(sj_vnm_layout *l, sj_dtype dtype, int v, int n, int
 
 sj_status vnm_layout_check(const sj_vnm_layout *l, const char *what)
 {
-    if (!l) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: layout is NULL", what);
+    if (!l) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: layout is NULL", what);
     sj_vnm_layout again;
     if (sj_vnm_layout_init(&again, l->dtype, l->v, l->n, l->m, l->rows, l->cols) != SJ_OK)
-        return sj_fail_context(SJ_ERR_INVALID_ARGUMENT, "%s", what);
+        return error_prefix(SJ_ERR_INVALID_ARGUMENT, "%s", what);
     if (memcmp(&again, l, sizeof again))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: layout was not made by sj_vnm_layout_init", what);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: layout was not made by sj_vnm_layout_init", what);
     return SJ_OK;
 }
 
@@ -103,7 +103,7 @@ static sj_status select_columns(const block_ctx *b, sj_vnm_select select, int se
             }
         }
         if (used > 4)
-            return sj_fail(SJ_ERR_PATTERN,
+            return error_set(SJ_ERR_PATTERN,
                            "not V:%d:%d: rows %lld..%lld, columns %lld..%lld (row block %lld, group %lld) have "
                            "non-zeros in %d columns (first five at %lld, %lld, %lld, %lld, %lld); a block keeps at most 4",
                            b->l->n, m, (long long)b->r0, (long long)b->r1 - 1, (long long)b->c0,
@@ -163,7 +163,7 @@ static sj_status select_pair(const block_ctx *b, sj_vnm_select select, int64_t r
             nz++;
         }
         if (nz > 2)
-            return sj_fail(SJ_ERR_PATTERN,
+            return error_set(SJ_ERR_PATTERN,
                            "not V:%d:%d: row %lld has %d non-zeros in columns %lld..%lld (group %lld); 2:4 keeps at most 2 "
                            "of the block's 4 columns",
                            b->l->n, b->l->m, (long long)row, nz, (long long)b->c0, (long long)(b->c0 + b->width - 1),
@@ -226,9 +226,9 @@ static sj_status check_matrix_args(const sj_vnm_layout *l, const void *A, int64_
 {
     sj_status st = vnm_layout_check(l, what);
     if (st != SJ_OK) return st;
-    if (!A) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: A is NULL", what);
+    if (!A) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: A is NULL", what);
     if (lda < l->cols)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s: lda = %lld is less than cols = %lld", what, (long long)lda,
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: lda = %lld is less than cols = %lld", what, (long long)lda,
                        (long long)l->cols);
     return SJ_OK;
 }
@@ -251,19 +251,19 @@ void sj_vnm_host_free(sj_vnm_host *h)
 
 sj_status sj_vnm_compress(const sj_vnm_layout *l, const void *A, int64_t lda, sj_vnm_select select, sj_vnm_host *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress: out is NULL");
     memset(out, 0, sizeof *out);
     sj_status st = check_matrix_args(l, A, lda, "sj_vnm_compress");
     if (st != SJ_OK) return st;
     if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress: select = %d is not an sj_vnm_select", (int)select);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress: select = %d is not an sj_vnm_select", (int)select);
     out->layout = *l;
     out->values = malloc(l->values_bytes);
     out->meta = calloc(1, l->meta_bytes);
     out->index = malloc(l->index_bytes);
     if (!out->values || !out->meta || !out->index) {
         sj_vnm_host_free(out);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_vnm_compress: cannot allocate %zu bytes",
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "sj_vnm_compress: cannot allocate %zu bytes",
                        l->values_bytes + l->meta_bytes + l->index_bytes);
     }
     if ((st = walk(l, A, lda, select, out)) != SJ_OK) sj_vnm_host_free(out);
@@ -280,7 +280,7 @@ static sj_status get(const sj_vnm_host *h, int64_t row, int64_t g, int *p0, int 
     *p0 = (int)(nib & 3u);
     *p1 = (int)(nib >> 2);
     if (*p0 >= *p1)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
                        "sj_vnm_decompress: row %lld, group %lld: metadata 0x%x is not two ascending positions",
                        (long long)row, (long long)g, nib);
     *v0 = h->values[vnm_value_at(l, row, g, 0)];
@@ -291,7 +291,7 @@ static sj_status get(const sj_vnm_host *h, int64_t row, int64_t g, int *p0, int 
 sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda)
 {
     if (!h || !h->values || !h->meta || !h->index)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_decompress: h or its arrays are NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_decompress: h or its arrays are NULL");
     const sj_vnm_layout *l = &h->layout;
     sj_status st = check_matrix_args(l, A, lda, "sj_vnm_decompress");
     if (st != SJ_OK) return st;
@@ -308,7 +308,7 @@ sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda)
                 int ok = col[j] == -1 ? end - c0 < 4
                                       : col[j] >= c0 && col[j] < end && (j == 0 || (col[j - 1] != -1 && col[j - 1] < col[j]));
                 if (!ok)
-                    return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+                    return error_set(SJ_ERR_INVALID_ARGUMENT,
                                    "sj_vnm_decompress: row block %lld, group %lld: column index %d = %d is not an "
                                    "ascending column of %lld..%lld",
                                    (long long)rb, (long long)g, j, (int)col[j], (long long)c0,
@@ -321,7 +321,7 @@ sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda)
                 for (int k = 0; k < 2; k++) {
                     if (col[p[k]] >= 0) out[r * lda + col[p[k]]] = v[k];
                     else if (!is_zero(v[k]))
-                        return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+                        return error_set(SJ_ERR_INVALID_ARGUMENT,
                                        "sj_vnm_decompress: row %lld, group %lld: a non-zero value in a padding column",
                                        (long long)r, (long long)g);
                 }

@@ -2,7 +2,7 @@
  * messages, the in-process kernel table, and the thread-local last error. */
 #include "test_util.h"
 #include "runtime/runtime.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -212,7 +212,7 @@ static void *other_thread(void *arg)
 
 static void test_last_error_is_thread_local(void **state)
 {
-    sj_fail(SJ_ERR_IO, "main thread failure");
+    error_set(SJ_ERR_IO, "main thread failure");
     int clean = 0;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, other_thread, &clean), 0);

@@ -5,7 +5,7 @@
  * load < 5 ms) and launch-overhead (< 5 us over a bare launch) targets; the cuBLAS baseline. */
 #include "test_util.h"
 #include "generator/nvrtc.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
@@ -196,7 +196,7 @@ static int child(int argc, char **argv)
             SJ_ASSERT_OK(sj_synchronize(ctx));
             t0 = now();
             for (int i = 0; i < 100; i++)
-                assert_int_equal(sj_cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0],
+                assert_int_equal(cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0],
                                                       k->block[1], k->block[2], k->shared_bytes, NULL, args, NULL),
                                  CUDA_SUCCESS);
             double b = (now() - t0) / 100;
@@ -445,17 +445,17 @@ static void test_cublas_baseline(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     double us = 0;
-    SJ_ASSERT_OK(sj_cublas_gemm_time(ctx, SJ_DTYPE_BF16, 2048, 2048, 2048, &us));
+    SJ_ASSERT_OK(cublas_gemm_time(ctx, SJ_DTYPE_BF16, 2048, 2048, 2048, &us));
     double tflops = 2.0 * 2048 * 2048 * 2048 / (us * 1e-6) / 1e12;
     fprintf(stderr, "# cuBLAS bf16 2048^3: %.2f us, %.1f TFLOP/s\n", us, tflops);
     assert_true(tflops > 50 && tflops < 2000);
     /* Three GEMMs back to back take about the sum of their times. */
     const int64_t shapes[3][3] = { { 2048, 2048, 2048 }, { 2048, 2048, 2048 }, { 2048, 2048, 2048 } };
     measure_result mr;
-    SJ_ASSERT_OK(sj_cublas_gemm_seq_time(ctx, SJ_DTYPE_BF16, 3, shapes, NULL, &mr));
+    SJ_ASSERT_OK(cublas_gemm_seq_time(ctx, SJ_DTYPE_BF16, 3, shapes, NULL, &mr));
     fprintf(stderr, "# three back to back: %.2f us\n", mr.median_us);
     assert_true(mr.median_us > 2.0 * us && mr.median_us < 4.0 * us);
-    SJ_ASSERT_STATUS(sj_cublas_gemm_time(ctx, SJ_DTYPE_F32, 64, 64, 64, &us), SJ_ERR_INVALID_ARGUMENT, "f16 or bf16");
+    SJ_ASSERT_STATUS(cublas_gemm_time(ctx, SJ_DTYPE_F32, 64, 64, 64, &us), SJ_ERR_INVALID_ARGUMENT, "f16 or bf16");
 }
 
 int main(int argc, char **argv)

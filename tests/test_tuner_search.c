@@ -6,7 +6,7 @@
  * sm_90a, plain FFMA with no tensor-core instruction). */
 #include "test_util.h"
 #include "generator/nvrtc.h"
-#include "runtime/error.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
@@ -673,7 +673,7 @@ static void test_large_space_is_not_enumerated(void **state)
 
 static sj_status failing_valid(void *user, const gen_config *c, const char *text, int *valid)
 {
-    return sj_fail(SJ_ERR_TEMPLATE, "templates/x.lua:3: boom in valid(%s)", text);
+    return error_set(SJ_ERR_TEMPLATE, "templates/x.lua:3: boom in valid(%s)", text);
 }
 
 static sj_status none_valid(void *user, const gen_config *c, const char *text, int *valid)
@@ -812,7 +812,7 @@ static void test_tune_refuses_without_gpu_or_harness(void **state)
         SJ_ASSERT_STATUS(sj_tune(ctx, &p, NULL, &r), SJ_ERR_NO_GPU, "tuning needs a GPU");
         SJ_ASSERT_STATUS(sj_bench(ctx, &p, NULL, &b), SJ_ERR_NO_GPU, "needs a GPU");
         double us;
-        SJ_ASSERT_STATUS(sj_cublas_gemm_time(ctx, SJ_DTYPE_F16, 64, 64, 64, &us), SJ_ERR_NO_GPU, "needs a GPU");
+        SJ_ASSERT_STATUS(cublas_gemm_time(ctx, SJ_DTYPE_F16, 64, 64, 64, &us), SJ_ERR_NO_GPU, "needs a GPU");
     }
     /* Every op has a harness with the op's launch, reference and flops. */
     const sj_op ops[] = { SJ_OP_GEMM, SJ_OP_VNM_SPMM, SJ_OP_TWELL_GATE, SJ_OP_TWELL_FFN };

@@ -1,9 +1,9 @@
 /* cublas_baseline.c: the dense cuBLAS GEMM that sparse kernels are compared against, timed with
  * the tuner's method (measure.c) on random row-major data. libcublas.so.13 is dlopen'ed on first
  * use, so the library loads and works without it and only this call reports its absence. */
-#include "tuner.h"
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/tuner.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 
 #include <cublas_api.h>
@@ -49,13 +49,13 @@ static void load_cublas(void)
 
 static sj_status cublas_fail(cublasStatus_t s, const char *what)
 {
-    return sj_fail(SJ_ERR_CUDA, "%s: %s (cuBLAS status %d)", what, cb.cublasGetStatusString(s), (int)s);
+    return error_set(SJ_ERR_CUDA, "%s: %s (cuBLAS status %d)", what, cb.cublasGetStatusString(s), (int)s);
 }
 
 static sj_status get_handle(sj_context *ctx, cublasHandle_t *out)
 {
     pthread_once(&cb_once, load_cublas);
-    if (cb_error[0]) return sj_fail(SJ_ERR_UNSUPPORTED, "%s", cb_error);
+    if (cb_error[0]) return error_set(SJ_ERR_UNSUPPORTED, "%s", cb_error);
     sj_status st = SJ_OK;
     pthread_mutex_lock(&cb_mu);
     if (cb_handle && cb_device != ctx->device) {
@@ -102,18 +102,18 @@ static sj_status run_seq(void *user)
     return SJ_OK;
 }
 
-sj_status sj_cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
+sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
                                   const measure_options *opts, measure_result *out)
 {
     if (!ctx || !shapes || !out || n_gemms < 1 || n_gemms > 16)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_cublas_gemm_seq_time: ctx, shapes and out must be set and "
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_seq_time: ctx, shapes and out must be set and "
                                                 "n_gemms in 1..16 (got %d)", n_gemms);
     if (dtype != SJ_DTYPE_F16 && dtype != SJ_DTYPE_BF16)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: dtype must be f16 or bf16");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: dtype must be f16 or bf16");
     for (int i = 0; i < n_gemms; i++)
         for (int d = 0; d < 3; d++)
             if (shapes[i][d] < 1 || shapes[i][d] > INT32_MAX)
-                return sj_fail(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: GEMM %d has dimension %lld, expected 1..2^31-1",
+                return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: GEMM %d has dimension %lld, expected 1..2^31-1",
                                i, (long long)shapes[i][d]);
     sj_status st = rt_require_gpu(ctx, "the cuBLAS baseline");
     if (st != SJ_OK) return st;
@@ -153,12 +153,12 @@ sj_status sj_cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, 
     return st;
 }
 
-sj_status sj_cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k, double *median_us)
+sj_status cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k, double *median_us)
 {
-    if (!median_us) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_cublas_gemm_time: median_us is NULL");
+    if (!median_us) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_time: median_us is NULL");
     const int64_t shape[1][3] = { { m, n, k } };
     measure_result r;
-    sj_status st = sj_cublas_gemm_seq_time(ctx, dtype, 1, shape, NULL, &r);
+    sj_status st = cublas_gemm_seq_time(ctx, dtype, 1, shape, NULL, &r);
     if (st == SJ_OK) *median_us = r.median_us;
     return st;
 }

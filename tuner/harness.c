@@ -1,8 +1,8 @@
 /* harness.c: the parts of the tuner's per-op harness that every op shares: choosing the op's
  * harness, loading a candidate cubin outside the context's table, the NaN-poisoned correctness
  * gate against the reference, the reference GEMM kernel itself, and seeded 16-bit inputs. */
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "generator/nvrtc.h"
 
@@ -21,7 +21,7 @@ sj_status harness_for(const sj_problem *p, const harness_ops **out)
     case SJ_OP_TWELL_FFN: *out = &harness_twell_ffn; return SJ_OK;
     default: break; /* e.g. the V:N:M compressor: a format conversion, not a tuned op */
     }
-    return sj_fail(SJ_ERR_INVALID_ARGUMENT, "the tuner has no harness for op %d", (int)p->op);
+    return error_set(SJ_ERR_INVALID_ARGUMENT, "the tuner has no harness for op %d", (int)p->op);
 }
 
 sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h)
@@ -38,14 +38,14 @@ sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int 
     if (with_reference) {
         if ((st = h->ops->reference(h)) != SJ_OK) {
             harness_close(h);
-            return sj_fail_context(st, "computing the reference output");
+            return error_prefix(st, "computing the reference output");
         }
         double s = 0;
         for (size_t i = 0; i < h->out_count; i++) s += h->reference[i] * h->reference[i];
         h->ref_norm = sqrt(s);
         if (!(h->ref_norm > 0) || !isfinite(h->ref_norm)) {
             harness_close(h);
-            return sj_fail(SJ_ERR_VERIFY, "the reference output has norm %g: the gate would pass anything", h->ref_norm);
+            return error_set(SJ_ERR_VERIFY, "the reference output has norm %g: the gate would pass anything", h->ref_norm);
         }
     }
     return SJ_OK;
@@ -79,27 +79,27 @@ sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, 
     out->source = SJ_FROM_COMPILE;
     out->origin = SJ_CONFIG_EXPLICIT;
     if (shared_bytes > ctx->info.max_shared_per_block_optin)
-        return sj_fail(SJ_ERR_UNSUPPORTED, "config %s needs %u bytes of shared memory; %s allows %zu", config,
+        return error_set(SJ_ERR_UNSUPPORTED, "config %s needs %u bytes of shared memory; %s allows %zu", config,
                        shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
-    CUresult r = sj_cu.cuModuleLoadData(&out->module, cubin);
+    CUresult r = cu.cuModuleLoadData(&out->module, cubin);
     if (r != CUDA_SUCCESS) {
         out->module = NULL;
-        return sj_cuda_fail(r, "cuModuleLoadData");
+        return cuda_error(r, "cuModuleLoadData");
     }
     sj_status st = SJ_OK;
-    if ((r = sj_cu.cuModuleGetFunction(&out->function, out->module, entry)) != CUDA_SUCCESS)
-        st = sj_cuda_fail(r, "cuModuleGetFunction");
+    if ((r = cu.cuModuleGetFunction(&out->function, out->module, entry)) != CUDA_SUCCESS)
+        st = cuda_error(r, "cuModuleGetFunction");
     else if (shared_bytes > 48 * 1024 &&
-             (r = sj_cu.cuFuncSetAttribute(out->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+             (r = cu.cuFuncSetAttribute(out->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                            (int)shared_bytes)) != CUDA_SUCCESS)
-        st = sj_cuda_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+        st = cuda_error(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (st != SJ_OK) harness_unload(out);
     return st;
 }
 
 void harness_unload(loaded_kernel *k)
 {
-    if (k->module) sj_cu.cuModuleUnload(k->module);
+    if (k->module) cu.cuModuleUnload(k->module);
     k->module = NULL;
     k->function = NULL;
 }
@@ -165,18 +165,18 @@ sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, i
         if ((st = h->ops->poison(h)) != SJ_OK) return st;
     } else {
         /* 0xFF bytes are NaN in f16, bf16 and f32: an element the kernel does not write fails. */
-        SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)h->out, 0xFF, bytes), "poisoning the output (cuMemsetD8)");
+        CU_CHECK(cu.cuMemsetD8((CUdeviceptr)h->out, 0xFF, bytes), "poisoning the output (cuMemsetD8)");
     }
     st = h->ops->launch(h, k, NULL);
-    CUresult r = sj_cu.cuCtxSynchronize();
+    CUresult r = cu.cuCtxSynchronize();
     if (r != CUDA_SUCCESS) {
         /* An error surfacing at synchronize (illegal address, ...) leaves the context unusable. */
         *sticky = 1;
-        return sj_cuda_fail(r, "running the candidate once (the CUDA context is lost)");
+        return cuda_error(r, "running the candidate once (the CUDA context is lost)");
     }
     if (st != SJ_OK) return st;
     void *host = malloc(bytes);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "gate: out of memory for %zu bytes", bytes);
+    if (!host) return error_set(SJ_ERR_OUT_OF_MEMORY, "gate: out of memory for %zu bytes", bytes);
     if (h->ops->read) {
         st = h->ops->read(h, host);
         if (st == SJ_ERR_VERIFY) { /* malformed output: the candidate is wrong, not the run */
@@ -187,9 +187,9 @@ sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, i
             free(host);
             return st;
         }
-    } else if ((r = sj_cu.cuMemcpyDtoH(host, (CUdeviceptr)h->out, bytes)) != CUDA_SUCCESS) {
+    } else if ((r = cu.cuMemcpyDtoH(host, (CUdeviceptr)h->out, bytes)) != CUDA_SUCCESS) {
         free(host);
-        return sj_cuda_fail(r, "reading the candidate's output");
+        return cuda_error(r, "reading the candidate's output");
     }
     double num = squared_error(h->out_dtype, host, h->reference, h->out_count);
     free(host);
@@ -232,7 +232,7 @@ static sj_status reference_kernel(sj_context *ctx, const sj_problem *p, loaded_k
         ctx->stats.nvrtc_seconds += ck.compile_seconds;
         free(log);
         sj_generated_free(gen);
-        if (st != SJ_OK) return sj_fail_context(st, "compiling the reference kernel");
+        if (st != SJ_OK) return error_prefix(st, "compiling the reference kernel");
         /* Only saves a compile next time: a cache that cannot store it is not an error. */
         if (ctx->cache && cache_put_kernel(ctx->cache, &key, &ck) != SJ_OK)
             fprintf(stderr, "sparsejit: warning: could not store the reference kernel: %s\n", sj_last_error());
@@ -261,7 +261,7 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
             (st = sj_memcpy_dtoh(ctx, ref, C, count * sizeof(float))) == SJ_OK) {
             for (size_t i = 0; i < count; i++)
                 if (!isfinite(ref[i])) {
-                    st = sj_fail(SJ_ERR_VERIFY, "the reference kernel left element %zu unwritten or not finite", i);
+                    st = error_set(SJ_ERR_VERIFY, "the reference kernel left element %zu unwritten or not finite", i);
                     break;
                 }
         }
@@ -347,7 +347,7 @@ static double capped_mean(const double *w, int64_t n, double c, double cap)
 sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate)
 {
     if (!(density > 0 && density <= 1) || !(skew >= 0 && skew <= SJ_TWELL_MAX_SKEW) || n < 1 || !rng || !rate)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: density %g, skew %g, n %lld: expected density in "
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: density %g, skew %g, n %lld: expected density in "
                        "(0, 1], skew in [0, %g], n >= 1", density, skew, (long long)n, SJ_TWELL_MAX_SKEW);
     if (skew == 0 || density >= HARNESS_RATE_CAP) {
         for (int64_t j = 0; j < n; j++) rate[j] = density;
@@ -400,7 +400,7 @@ sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_dev
 sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out)
 {
     uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "out of host memory for %zu random inputs", n);
+    if (!host) return error_set(SJ_ERR_OUT_OF_MEMORY, "out of host memory for %zu random inputs", n);
     harness_fill16(dtype, host, n, 1.0f, rng);
     sj_status st = harness_upload(ctx, host, n * sizeof *host, out);
     free(host);

@@ -1,8 +1,8 @@
 /* harness_gemm.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
  * device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K), and the reference
  * from templates/gemm_reference.lua over the same inputs. */
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 
 #include <stdlib.h>
@@ -27,7 +27,7 @@ static sj_status gemm_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
     gemm_state *s = calloc(1, sizeof *s);
-    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
     if (!rng) rng = 1;
@@ -54,7 +54,7 @@ static sj_status gemm_reference(harness *h)
     gemm_state *s = h->state;
     const sj_problem *p = &h->problem;
     h->reference = malloc(h->out_count * sizeof *h->reference);
-    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    if (!h->reference) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
     return harness_reference_gemm(h->ctx, p->dtype, s->A, s->B, p->m, p->n, p->k, h->reference);
 }
 

@@ -12,8 +12,8 @@
  * gives), X, Wu, Wd random; the reference is computed on the host in fp64 over H's non-zeros
  * only (2 * nnz(H) * d_model multiply-adds), rounding h * u to the input dtype as the op does.
  * Kernel ABIs: templates/twell_gate.lua and templates/twell_ffn.lua. */
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "runtime/twell_format.h"
 
@@ -66,7 +66,7 @@ static sj_status gate_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
     gate_state *s = calloc(1, sizeof *s);
-    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     sj_status st = sj_twell_layout_init(&s->layout, p->dtype, p->m, p->n, p->twell_tile, p->twell_capacity);
     if (st != SJ_OK) return st;
@@ -75,7 +75,7 @@ static sj_status gate_setup(harness *h, uint64_t seed)
              *WgT = malloc(sizeof *WgT * (size_t)(N * K));
     double *shift = malloc(sizeof *shift * (size_t)N);
     if (!X || !Wg || !WgT || !shift) {
-        st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
+        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
                      (long long)N, (long long)K);
         goto done;
     }
@@ -119,9 +119,9 @@ static sj_status gate_launch(harness *h, const loaded_kernel *k, void *stream)
 static sj_status twell_poison(sj_context *ctx, const sj_twell_device *H)
 {
     const sj_twell_layout *l = &H->layout;
-    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->entries, 0xFF, l->entries_bytes), "poisoning TwELL entries");
-    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->counts, 0xFF, l->counts_bytes), "poisoning TwELL counts");
-    SJ_CU_CHECK(sj_cu.cuMemsetD8((CUdeviceptr)H->spill, 0xFF, l->spill_bytes), "poisoning TwELL spill");
+    CU_CHECK(cu.cuMemsetD8((CUdeviceptr)H->entries, 0xFF, l->entries_bytes), "poisoning TwELL entries");
+    CU_CHECK(cu.cuMemsetD8((CUdeviceptr)H->counts, 0xFF, l->counts_bytes), "poisoning TwELL counts");
+    CU_CHECK(cu.cuMemsetD8((CUdeviceptr)H->spill, 0xFF, l->spill_bytes), "poisoning TwELL spill");
     return SJ_OK;
 }
 
@@ -148,7 +148,7 @@ static sj_status gate_reference(harness *h)
     gate_state *s = h->state;
     const sj_problem *p = &h->problem;
     h->reference = malloc(h->out_count * sizeof *h->reference);
-    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    if (!h->reference) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
     sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->X, s->Wg, p->m, p->n, p->k, h->reference);
     if (st != SJ_OK) return st;
     for (size_t i = 0; i < h->out_count; i++)
@@ -208,7 +208,7 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
     ffn_state *s = calloc(1, sizeof *s);
-    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     sj_twell_layout layout;
     sj_status st = sj_twell_layout_init(&layout, p->dtype, p->m, p->d_ff, p->twell_tile, p->twell_capacity);
@@ -219,14 +219,14 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
     s->hWuT = malloc(sizeof *s->hWuT * (size_t)(F * D));
     s->hWd = malloc(sizeof *s->hWd * (size_t)(F * D));
     if (!s->hX || !s->hH || !s->hWuT || !s->hWd)
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lld-token FFN of %lld x %lld",
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lld-token FFN of %lld x %lld",
                        (long long)M, (long long)D, (long long)F);
     uint64_t rng = seed_state(seed, 0x5be0cd19137e2179ull);
     harness_fill16(p->dtype, s->hX, (size_t)(M * D), 1.0f, &rng);
     harness_fill16(p->dtype, s->hWuT, (size_t)(F * D), 1.0f, &rng);
     harness_fill16(p->dtype, s->hWd, (size_t)(F * D), 1.0f, &rng);
     double *rate = malloc(sizeof *rate * (size_t)F);
-    if (!rate) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %lld unit rates", (long long)F);
+    if (!rate) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %lld unit rates", (long long)F);
     if ((st = harness_unit_rates(target_density(p), p->twell_skew, F, &rng, rate)) != SJ_OK) {
         free(rate);
         return st;
@@ -272,7 +272,7 @@ static sj_status ffn_reference(harness *h)
     if (!h->reference || !x || !y) {
         free(x);
         free(y);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference");
     }
     /* the table holds every 16-bit value exactly: the same sums as converting each element, at a
      * fraction of the cost (2 * nnz(H) * d_model terms: billions for a large FFN) */

@@ -4,8 +4,8 @@
  * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
  * neither the format's device path nor the sparse kernel's arithmetic. beta = 0 (C not read),
  * so the NaN-poisoned output catches unwritten elements; alpha != 1 checks the scaling. */
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 
 #include <stdlib.h>
@@ -37,7 +37,7 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
     vnm_state *s = calloc(1, sizeof *s);
-    if (!s) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     s->alpha = VNM_ALPHA;
     s->beta = 0.0f;
@@ -51,7 +51,7 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
     sj_vnm_host packed;
     memset(&packed, 0, sizeof packed);
     if (!A || !B) {
-        st = sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M problem", (long long)p->m,
+        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M problem", (long long)p->m,
                      (long long)p->k);
         goto done;
     }
@@ -90,7 +90,7 @@ static sj_status vnm_reference(harness *h)
     vnm_state *s = h->state;
     const sj_problem *p = &h->problem;
     h->reference = malloc(h->out_count * sizeof *h->reference);
-    if (!h->reference) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    if (!h->reference) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
     sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->A_dense, s->B, p->m, p->n, p->k, h->reference);
     if (st != SJ_OK) return st;
     for (size_t i = 0; i < h->out_count; i++) h->reference[i] *= s->alpha; /* rounding ~6e-8: far below the gate */

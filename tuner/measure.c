@@ -3,8 +3,8 @@
  * L2-sized buffer before every timed run so each starts with a cold cache, put device events
  * around each run, and report the median with 20/80% quantiles; a measurement whose spread stays
  * large is taken again and flagged noisy if it does not settle. */
-#include "tuner.h"
-#include "runtime/error.h"
+#include "tuner/tuner.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 
 #include <math.h>
@@ -52,13 +52,13 @@ sj_status measure_begin(sj_context *ctx, measure_session *m)
     sj_status st = rt_require_gpu(ctx, "timing a kernel");
     if (st != SJ_OK) return st;
     m->ctx = ctx;
-    SJ_CU_CHECK(sj_cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
+    CU_CHECK(cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
     /* Twice the L2, so no line of the previous run's inputs survives the flush. */
     size_t l2 = ctx->info.l2_bytes ? ctx->info.l2_bytes : ((size_t)64 << 20);
     m->flush_bytes = (2 * l2 + 3) & ~(size_t)3;
     CUdeviceptr p;
-    CUresult r = sj_cu.cuMemAlloc(&p, m->flush_bytes);
-    if (r != CUDA_SUCCESS) return sj_cuda_fail(r, "allocating the L2 flush buffer");
+    CUresult r = cu.cuMemAlloc(&p, m->flush_bytes);
+    if (r != CUDA_SUCCESS) return cuda_error(r, "allocating the L2 flush buffer");
     m->flush = (sj_devptr)p;
     return SJ_OK;
 }
@@ -66,9 +66,9 @@ sj_status measure_begin(sj_context *ctx, measure_session *m)
 void measure_end(measure_session *m)
 {
     if (!m->ctx) return;
-    for (int i = 0; i < m->n_events; i++) sj_cu.cuEventDestroy(m->events[i]);
+    for (int i = 0; i < m->n_events; i++) cu.cuEventDestroy(m->events[i]);
     free(m->events);
-    if (m->flush) sj_cu.cuMemFree((CUdeviceptr)m->flush);
+    if (m->flush) cu.cuMemFree((CUdeviceptr)m->flush);
     memset(m, 0, sizeof *m);
 }
 
@@ -76,10 +76,10 @@ static sj_status need_events(measure_session *m, int n)
 {
     if (n <= m->n_events) return SJ_OK;
     CUevent *e = realloc(m->events, sizeof *e * (size_t)n);
-    if (!e) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "measure: out of memory for %d events", n);
+    if (!e) return error_set(SJ_ERR_OUT_OF_MEMORY, "measure: out of memory for %d events", n);
     m->events = e;
     while (m->n_events < n) {
-        SJ_CU_CHECK(sj_cu.cuEventCreate(&m->events[m->n_events], CU_EVENT_DEFAULT), "cuEventCreate");
+        CU_CHECK(cu.cuEventCreate(&m->events[m->n_events], CU_EVENT_DEFAULT), "cuEventCreate");
         m->n_events++;
     }
     return SJ_OK;
@@ -87,7 +87,7 @@ static sj_status need_events(measure_session *m, int n)
 
 static sj_status flush_l2(measure_session *m, unsigned value)
 {
-    SJ_CU_CHECK(sj_cu.cuMemsetD32((CUdeviceptr)m->flush, value, m->flush_bytes / 4), "flushing L2 (cuMemsetD32)");
+    CU_CHECK(cu.cuMemsetD32((CUdeviceptr)m->flush, value, m->flush_bytes / 4), "flushing L2 (cuMemsetD32)");
     return SJ_OK;
 }
 
@@ -98,14 +98,14 @@ static sj_status timed_runs(measure_session *m, int reps, measure_launch_fn fn, 
     if (st != SJ_OK) return st;
     for (int i = 0; i < reps; i++) {
         if ((st = flush_l2(m, (unsigned)i)) != SJ_OK) return st;
-        SJ_CU_CHECK(sj_cu.cuEventRecord(m->events[2 * i], NULL), "cuEventRecord");
+        CU_CHECK(cu.cuEventRecord(m->events[2 * i], NULL), "cuEventRecord");
         if ((st = fn(user)) != SJ_OK) return st;
-        SJ_CU_CHECK(sj_cu.cuEventRecord(m->events[2 * i + 1], NULL), "cuEventRecord");
+        CU_CHECK(cu.cuEventRecord(m->events[2 * i + 1], NULL), "cuEventRecord");
     }
-    SJ_CU_CHECK(sj_cu.cuEventSynchronize(m->events[2 * reps - 1]), "waiting for the timed runs");
+    CU_CHECK(cu.cuEventSynchronize(m->events[2 * reps - 1]), "waiting for the timed runs");
     for (int i = 0; i < reps; i++) {
         float ms = 0;
-        SJ_CU_CHECK(sj_cu.cuEventElapsedTime(&ms, m->events[2 * i], m->events[2 * i + 1]), "cuEventElapsedTime");
+        CU_CHECK(cu.cuEventElapsedTime(&ms, m->events[2 * i], m->events[2 * i + 1]), "cuEventElapsedTime");
         times_ms[i] = ms;
     }
     return SJ_OK;
@@ -114,24 +114,24 @@ static sj_status timed_runs(measure_session *m, int reps, measure_launch_fn fn, 
 sj_status measure_run(measure_session *m, const measure_options *o, measure_launch_fn fn, void *user,
                       measure_result *out)
 {
-    if (!m || !m->ctx || !o || !fn || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "measure_run: NULL argument");
+    if (!m || !m->ctx || !o || !fn || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "measure_run: NULL argument");
     memset(out, 0, sizeof *out);
-    SJ_CU_CHECK(sj_cu.cuCtxSetCurrent(m->ctx->cu_ctx), "cuCtxSetCurrent");
+    CU_CHECK(cu.cuCtxSetCurrent(m->ctx->cu_ctx), "cuCtxSetCurrent");
     sj_status st = need_events(m, 2);
     if (st != SJ_OK) return st;
 
     /* Estimate: one untimed call (first-launch costs), then 5 flushed calls between two events.
      * The estimate includes the flush, so the budgets bound the wall time spent. */
     if ((st = fn(user)) != SJ_OK) return st;
-    SJ_CU_CHECK(sj_cu.cuEventRecord(m->events[0], NULL), "cuEventRecord");
+    CU_CHECK(cu.cuEventRecord(m->events[0], NULL), "cuEventRecord");
     for (int i = 0; i < 5; i++) {
         if ((st = flush_l2(m, 0x3f800000u + (unsigned)i)) != SJ_OK) return st;
         if ((st = fn(user)) != SJ_OK) return st;
     }
-    SJ_CU_CHECK(sj_cu.cuEventRecord(m->events[1], NULL), "cuEventRecord");
-    SJ_CU_CHECK(sj_cu.cuEventSynchronize(m->events[1]), "waiting for the estimate runs");
+    CU_CHECK(cu.cuEventRecord(m->events[1], NULL), "cuEventRecord");
+    CU_CHECK(cu.cuEventSynchronize(m->events[1]), "waiting for the estimate runs");
     float est_total = 0;
-    SJ_CU_CHECK(sj_cu.cuEventElapsedTime(&est_total, m->events[0], m->events[1]), "cuEventElapsedTime");
+    CU_CHECK(cu.cuEventElapsedTime(&est_total, m->events[0], m->events[1]), "cuEventElapsedTime");
     double per_call = est_total / 5.0 > 1e-4 ? est_total / 5.0 : 1e-4;
 
     int warmup = (int)ceil(o->warmup_ms / per_call);
@@ -144,7 +144,7 @@ sj_status measure_run(measure_session *m, const measure_options *o, measure_laun
         if ((st = fn(user)) != SJ_OK) return st;
 
     double *t = malloc(sizeof *t * (size_t)reps);
-    if (!t) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "measure: out of memory for %d times", reps);
+    if (!t) return error_set(SJ_ERR_OUT_OF_MEMORY, "measure: out of memory for %d times", reps);
     double best_spread = INFINITY;
     for (int attempt = 0; attempt <= o->retries; attempt++) {
         if ((st = timed_runs(m, reps, fn, user, t)) != SJ_OK) break;

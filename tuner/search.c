@@ -5,8 +5,8 @@
  * picked by a model of the measurements so far), the visited set that keeps every candidate
  * unique, and the winner rules of the sweep and of the run-off (fastest; ties within noise go
  * to the stable order). */
-#include "tuner.h"
-#include "runtime/error.h"
+#include "tuner/tuner.h"
+#include "core/error.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -94,7 +94,7 @@ static sj_status set_add(search *s, uint64_t index)
     if ((size_t)(s->n_entries + 1) * 2 > s->set_cap) {
         size_t cap = s->set_cap * 2;
         uint64_t *keys = calloc(cap, sizeof *keys);
-        if (!keys) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory growing the visited set");
+        if (!keys) return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory growing the visited set");
         for (size_t i = 0; i < s->set_cap; i++) {
             uint64_t k = s->set_keys[i];
             if (!k) continue;
@@ -119,7 +119,7 @@ static sj_status issue(search *s, uint64_t index, search_candidate *out)
     if (s->n_entries == s->cap_entries) {
         int cap = s->cap_entries ? s->cap_entries * 2 : 64;
         search_entry *e = realloc(s->entries, sizeof *e * (size_t)cap);
-        if (!e) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %d entries", cap);
+        if (!e) return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %d entries", cap);
         s->entries = e;
         s->cap_entries = cap;
     }
@@ -143,16 +143,16 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
                       const search_options *opts)
 {
     if (!s || !space || !valid || !opts)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search_init: s, space, valid and opts must be non-NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "search_init: s, space, valid and opts must be non-NULL");
     memset(s, 0, sizeof *s);
     if (space->n_params < 0 || space->n_params > GEN_MAX_PARAMS)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search: space has %d params, expected 0..%d", space->n_params,
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "search: space has %d params, expected 0..%d", space->n_params,
                        GEN_MAX_PARAMS);
     if (opts->strategy != SJ_TUNE_EXHAUSTIVE && opts->strategy != SJ_TUNE_RANDOM)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search: strategy %d is neither exhaustive nor random",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "search: strategy %d is neither exhaustive nor random",
                        (int)opts->strategy);
     if (opts->budget_trials < 0 || opts->budget_seconds < 0)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search: budgets must be >= 0 (trials %d, seconds %g)",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "search: budgets must be >= 0 (trials %d, seconds %g)",
                        opts->budget_trials, opts->budget_seconds);
     s->valid = valid;
     s->user = user;
@@ -163,7 +163,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
     for (int i = 0; i < space->n_params; i++) {
         memcpy(s->space.names[i], space->names[i], sizeof s->space.names[i]);
         if (space->n_values[i] < 1 || space->n_values[i] > GEN_MAX_VALUES)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search: param %s has %d values, expected 1..%d",
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "search: param %s has %d values, expected 1..%d",
                            space->names[i], space->n_values[i], GEN_MAX_VALUES);
         /* A value listed twice would be the same config twice: keep its first place. */
         int n = 0;
@@ -174,7 +174,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         }
         s->space.n_values[i] = n;
         if (s->total > ((uint64_t)1 << 62) / (uint64_t)n)
-            return sj_fail(SJ_ERR_UNSUPPORTED, "search: the space of %d params is larger than 2^62 configs",
+            return error_set(SJ_ERR_UNSUPPORTED, "search: the space of %d params is larger than 2^62 configs",
                            space->n_params);
         s->total *= (uint64_t)n;
     }
@@ -183,7 +183,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
     s->batch = malloc(sizeof *s->batch * SEARCH_BATCH);
     if (!s->set_keys || !s->batch) {
         search_free(s);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory");
     }
 
     s->n_valid = -1;
@@ -191,7 +191,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         s->valid_list = malloc(sizeof *s->valid_list * (size_t)s->total);
         if (!s->valid_list) {
             search_free(s);
-            return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %llu configs",
+            return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %llu configs",
                            (unsigned long long)s->total);
         }
         s->n_valid = 0;
@@ -208,7 +208,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         if (s->n_valid == 0) {
             unsigned long long total = (unsigned long long)s->total;
             search_free(s);
-            return sj_fail(SJ_ERR_UNSUPPORTED, "search: none of the %llu configs of the space is valid for this problem",
+            return error_set(SJ_ERR_UNSUPPORTED, "search: none of the %llu configs of the space is valid for this problem",
                            total);
         }
     }
@@ -232,7 +232,7 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         s->shuffle = malloc(sizeof *s->shuffle * (size_t)s->n_valid);
         if (!s->shuffle) {
             search_free(s);
-            return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory");
+            return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory");
         }
         memcpy(s->shuffle, s->valid_list, sizeof *s->shuffle * (size_t)s->n_valid);
     }
@@ -368,7 +368,7 @@ static sj_status model_fit(search *s, model *m)
         free(pick);
         free(dig);
         free(y);
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory fitting the model");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory fitting the model");
     }
     int k = 0;
     for (int i = 0; i < s->n_entries; i++)
@@ -422,7 +422,7 @@ static sj_status candidate_pool(search *s, scored **out, int *n_out)
 {
     int cap = s->valid_list ? s->n_valid : 4096, n = 0;
     scored *pool = malloc(sizeof *pool * (size_t)(cap ? cap : 1));
-    if (!pool) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %d candidates", cap);
+    if (!pool) return error_set(SJ_ERR_OUT_OF_MEMORY, "search: out of memory for %d candidates", cap);
     if (s->valid_list) {
         for (int i = 0; i < s->n_valid; i++)
             if (!set_has(s, s->valid_list[i])) pool[n++].index = s->valid_list[i];
@@ -505,7 +505,7 @@ static sj_status next_model(search *s, search_step *step, int *found, uint64_t *
 
 sj_status search_next(search *s, double elapsed_s, search_step *step, search_candidate *out)
 {
-    if (!s || !step || !out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search_next: NULL argument");
+    if (!s || !step || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "search_next: NULL argument");
     *step = SEARCH_DONE;
     if (s->n_entries >= s->budget || s->exhausted) return SJ_OK;
     if (s->opts.budget_seconds > 0 && elapsed_s >= s->opts.budget_seconds) return SJ_OK;
@@ -539,9 +539,9 @@ sj_status search_next(search *s, double elapsed_s, search_step *step, search_can
 sj_status search_report(search *s, int id, double time_us)
 {
     if (!s || id < 0 || id >= s->n_entries)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search_report: id %d is not an issued candidate", id);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "search_report: id %d is not an issued candidate", id);
     search_entry *e = &s->entries[id];
-    if (e->finished) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "search_report: candidate %d (%s) reported twice", id, e->config);
+    if (e->finished) return error_set(SJ_ERR_INVALID_ARGUMENT, "search_report: candidate %d (%s) reported twice", id, e->config);
     e->finished = 1;
     e->time_us = time_us > 0 ? time_us : 0;
     s->pending--;

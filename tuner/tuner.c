@@ -6,9 +6,9 @@
  * rounds (a run-off): one timing each in a sweep of thousands lets noise, not speed, pick among
  * near-equal configs. The trials and the winner go to the cache in one transaction and the
  * runtime's resolved kernel for the problem is dropped, so the next op call loads the winner. */
-#include "tuner.h"
-#include "harness.h"
-#include "runtime/error.h"
+#include "tuner/tuner.h"
+#include "tuner/harness.h"
+#include "core/error.h"
 #include "runtime/runtime.h"
 #include "generator/nvrtc.h"
 
@@ -36,10 +36,10 @@ const char *sj_tune_strategy_name(sj_tune_strategy s)
 
 sj_status sj_tune_strategy_parse(const char *name, sj_tune_strategy *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune_strategy_parse: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune_strategy_parse: out is NULL");
     if (name && !strcmp(name, "exhaustive")) *out = SJ_TUNE_EXHAUSTIVE;
     else if (name && !strcmp(name, "random")) *out = SJ_TUNE_RANDOM;
-    else return sj_fail(SJ_ERR_INVALID_ARGUMENT, "strategy '%s': expected exhaustive or random", name ? name : "(null)");
+    else return error_set(SJ_ERR_INVALID_ARGUMENT, "strategy '%s': expected exhaustive or random", name ? name : "(null)");
     return SJ_OK;
 }
 
@@ -139,11 +139,11 @@ static sj_status pool_start(pool *pl, const char *arch, int threads)
     memset(pl, 0, sizeof *pl);
     snprintf(pl->arch, sizeof pl->arch, "%s", arch);
     if (pthread_mutex_init(&pl->mu, NULL) || pthread_cond_init(&pl->work, NULL) || pthread_cond_init(&pl->done, NULL))
-        return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: could not create the compile pool's lock");
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: could not create the compile pool's lock");
     for (int i = 0; i < threads; i++) {
         if (pthread_create(&pl->threads[i], NULL, worker, pl) != 0) {
             if (pl->n_threads > 0) break; /* fewer threads than asked still work */
-            return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: could not start a compile thread");
+            return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: could not start a compile thread");
         }
         pl->n_threads++;
     }
@@ -226,7 +226,7 @@ static sj_status add_trial(tuner *t, const sj_tune_trial *tr)
     if (r->n_trials == t->cap_trials) {
         int cap = t->cap_trials ? t->cap_trials * 2 : 64;
         sj_tune_trial *p = realloc(r->trials, sizeof *p * (size_t)cap);
-        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory for %d trials", cap);
+        if (!p) return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory for %d trials", cap);
         r->trials = p;
         t->cap_trials = cap;
     }
@@ -240,7 +240,7 @@ static sj_status keep(tuner *t, job *j)
         int cap = t->cap_kept ? t->cap_kept : 64;
         while (cap <= j->id) cap *= 2;
         job **p = realloc(t->kept, sizeof *p * (size_t)cap);
-        if (!p) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+        if (!p) return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory");
         memset(p + t->cap_kept, 0, sizeof *p * (size_t)(cap - t->cap_kept));
         t->kept = p;
         t->cap_kept = cap;
@@ -298,7 +298,7 @@ static sj_status top_up(tuner *t)
         job *j = calloc(1, sizeof *j);
         if (!j) {
             sj_generated_free(g);
-            return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+            return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory");
         }
         j->id = c.id;
         snprintf(j->config, sizeof j->config, "%s", c.config);
@@ -324,7 +324,7 @@ static sj_status launch_candidate(void *user)
 }
 
 /* After a failed launch or timing: is the context still usable? */
-static int context_lost(void) { return sj_cu.cuCtxSynchronize() != CUDA_SUCCESS; }
+static int context_lost(void) { return cu.cuCtxSynchronize() != CUDA_SUCCESS; }
 
 /* Loads, gates and times one compiled candidate. SJ_OK unless the whole run must stop (the
  * CUDA context was lost); the trial's status says how the candidate fared. */
@@ -355,7 +355,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     st = harness_check(&t->h, &k, &err, &sticky);
     if (st != SJ_OK) {
         harness_unload(&k);
-        if (sticky) return sj_fail_context(st, "tuning stopped at config %s", j->config);
+        if (sticky) return error_prefix(st, "tuning stopped at config %s", j->config);
         snprintf(tr->status, sizeof tr->status, "launch-error");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: launch-error: %s", j->config, sj_last_error());
         return SJ_OK;
@@ -373,7 +373,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     st = measure_run(&t->ms, &t->mo, launch_candidate, &a, &mr);
     harness_unload(&k);
     if (st != SJ_OK) {
-        if (context_lost()) return sj_fail_context(st, "tuning stopped while timing config %s", j->config);
+        if (context_lost()) return error_prefix(st, "tuning stopped while timing config %s", j->config);
         snprintf(tr->status, sizeof tr->status, "launch-error");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: launch-error: %s", j->config, sj_last_error());
         return SJ_OK;
@@ -417,7 +417,7 @@ static sj_status run_pipeline(tuner *t)
         if ((st = top_up(t)) != SJ_OK) return st;
         if (t->in_flight == 0) {
             if (t->issuing_done) return SJ_OK;
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "tuner: the search waits for results but none are pending");
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "tuner: the search waits for results but none are pending");
         }
         job *j = pool_wait(&t->pl);
         t->in_flight--;
@@ -496,7 +496,7 @@ static sj_status run_off(tuner *t, int *winner, measure_result *won)
     t->res->finalists = n;
 done:
     for (int i = 0; i < loaded; i++) harness_unload(&k[i]);
-    if (st != SJ_OK) st = sj_fail_context(st, "tuner: the run-off of the %d fastest configs", n);
+    if (st != SJ_OK) st = error_prefix(st, "tuner: the run-off of the %d fastest configs", n);
     return st;
 }
 
@@ -515,7 +515,7 @@ static sj_status save(tuner *t, const job *w)
     sj_status st = rt_cache_key(t->ctx, t->p, &key);
     if (st != SJ_OK) return st;
     cache_trial *ct = calloc((size_t)r->n_trials, sizeof *ct);
-    if (!ct) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory for %d trials", r->n_trials);
+    if (!ct) return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory for %d trials", r->n_trials);
     for (int i = 0; i < r->n_trials; i++) {
         const sj_tune_trial *tr = &r->trials[i];
         snprintf(ct[i].config, sizeof ct[i].config, "%s", tr->config);
@@ -555,12 +555,12 @@ static sj_status save(tuner *t, const job *w)
 sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *opts, sj_tune_result *res)
 {
     if (!ctx || !p || !res)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
     memset(res, 0, sizeof *res);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     tuner *t = calloc(1, sizeof *t);
-    if (!t) return sj_fail(SJ_ERR_OUT_OF_MEMORY, "sj_tune: out of memory");
+    if (!t) return error_set(SJ_ERR_OUT_OF_MEMORY, "sj_tune: out of memory");
     t->ctx = ctx;
     t->p = p;
     t->res = res;
@@ -569,12 +569,12 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
     int pool_up = 0, session = 0, search_up = 0;
     const harness_ops *hops;
     if (!sj_tune_strategy_name(t->opts.strategy)) {
-        st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune: opts.strategy %d is neither exhaustive nor random",
+        st = error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune: opts.strategy %d is neither exhaustive nor random",
                      (int)t->opts.strategy);
         goto done;
     }
     if (t->opts.threads < 0 || t->opts.threads > MAX_THREADS) {
-        st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune: opts.threads %d: expected 0 (automatic) .. %d",
+        st = error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune: opts.threads %d: expected 0 (automatic) .. %d",
                      t->opts.threads, MAX_THREADS);
         goto done;
     }
@@ -610,7 +610,7 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
 
     int best = search_best(&t->s, TIE_FRACTION);
     if (best < 0) {
-        st = sj_fail(SJ_ERR_VERIFY, "sj_tune: none of the %d candidates passed (%d rejected); last: %s",
+        st = error_set(SJ_ERR_VERIFY, "sj_tune: none of the %d candidates passed (%d rejected); last: %s",
                      res->trials_done, res->trials_rejected, t->last_reason);
         goto done;
     }
@@ -633,7 +633,7 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
         res->tflops = t->flops > 0 ? t->flops / (won.median_us * 1e-6) / 1e12 : 0;
     }
     if (!w) {
-        st = sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_tune: the winner's cubin (%s) was not kept", res->config);
+        st = error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune: the winner's cubin (%s) was not kept", res->config);
         goto done;
     }
     res->seconds = rt_seconds() - t->t0;
@@ -657,7 +657,7 @@ done:
 sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *opts, sj_bench_result *res)
 {
     if (!ctx || !p || !res)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_bench: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_bench: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
     memset(res, 0, sizeof *res);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
@@ -675,7 +675,7 @@ sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *
     int sticky = 0;
     if ((st = harness_check(&h, k, &res->rel_error, &sticky)) != SJ_OK) goto done;
     if (!(res->rel_error <= harness_tolerance(p))) {
-        st = sj_fail(SJ_ERR_VERIFY, "sj_bench: config %s computes the wrong result: relative error %.3g against the "
+        st = error_set(SJ_ERR_VERIFY, "sj_bench: config %s computes the wrong result: relative error %.3g against the "
                      "reference (tolerance %.3g); not timed", k->config, res->rel_error, harness_tolerance(p));
         goto done;
     }

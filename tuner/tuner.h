@@ -145,11 +145,11 @@ double measure_quantile(const double *sorted, int n, double q);
 /* Median time of C = A.B (row-major, A m x k, B k x n, C m x n in dtype, fp32 compute) through
  * cublasGemmEx, timed like a candidate. libcublas.so.13 is loaded on first use: without it the
  * call fails with SJ_ERR_UNSUPPORTED and says so; nothing else needs it. */
-sj_status sj_cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k,
+sj_status cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k,
                               double *median_us);
 /* Several GEMMs run back to back in each timed run (e.g. the three of an FFN layer); shapes[i] =
  * {m, n, k}. opts NULL: the default budgets. */
-sj_status sj_cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
+sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
                                   const measure_options *opts, measure_result *out);
 
 #endif

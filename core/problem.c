@@ -1,42 +1,10 @@
-/* problem.c: names of dtypes and ops, and validation/description of a kernel request. */
-#include "error.h"
-#include "runtime.h"
+/* problem.c: op names, and the validation, cache-key text and description of a kernel request
+ * (sj_problem). */
+#include "core/problem.h"
+#include "core/error.h"
 
 #include <stdio.h>
 #include <string.h>
-
-const char *sj_dtype_name(sj_dtype d)
-{
-    switch (d) {
-    case SJ_DTYPE_F16: return "f16";
-    case SJ_DTYPE_BF16: return "bf16";
-    case SJ_DTYPE_F32: return "f32";
-    }
-    return NULL;
-}
-
-size_t sj_dtype_size(sj_dtype d)
-{
-    switch (d) {
-    case SJ_DTYPE_F16: case SJ_DTYPE_BF16: return 2;
-    case SJ_DTYPE_F32: return 4;
-    }
-    return 0;
-}
-
-sj_status sj_dtype_parse(const char *name, sj_dtype *out)
-{
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_dtype_parse: out is NULL");
-    if (!name) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "dtype is NULL; expected f16, bf16 or f32");
-    static const struct { const char *name; sj_dtype d; } names[] = {
-        { "f16", SJ_DTYPE_F16 }, { "fp16", SJ_DTYPE_F16 }, { "half", SJ_DTYPE_F16 },
-        { "bf16", SJ_DTYPE_BF16 }, { "bfloat16", SJ_DTYPE_BF16 },
-        { "f32", SJ_DTYPE_F32 }, { "fp32", SJ_DTYPE_F32 }, { "float", SJ_DTYPE_F32 },
-    };
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (!strcmp(name, names[i].name)) { *out = names[i].d; return SJ_OK; }
-    return sj_fail(SJ_ERR_INVALID_ARGUMENT, "unknown dtype '%s'; expected f16, bf16 or f32", name);
-}
 
 const char *sj_op_name(sj_op op)
 {
@@ -52,11 +20,11 @@ const char *sj_op_name(sj_op op)
 
 sj_status sj_op_parse(const char *name, sj_op *out)
 {
-    if (!out) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_op_parse: out is NULL");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_op_parse: out is NULL");
     const sj_op ops[] = { SJ_OP_GEMM, SJ_OP_VNM_SPMM, SJ_OP_TWELL_GATE, SJ_OP_TWELL_FFN, SJ_OP_VNM_COMPRESS };
     for (size_t i = 0; name && i < sizeof ops / sizeof *ops; i++)
         if (!strcmp(name, sj_op_name(ops[i]))) { *out = ops[i]; return SJ_OK; }
-    return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+    return error_set(SJ_ERR_INVALID_ARGUMENT,
                    "unknown op '%s'; expected gemm, vnm-spmm, twell-gate, twell-ffn or vnm-compress", name ? name : "(null)");
 }
 
@@ -77,51 +45,51 @@ void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t
 
 sj_status sj_problem_validate(const sj_problem *p)
 {
-    if (!p) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem is NULL");
-    if (!sj_op_name(p->op)) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.op %d is not a known op", (int)p->op);
+    if (!p) return error_set(SJ_ERR_INVALID_ARGUMENT, "problem is NULL");
+    if (!sj_op_name(p->op)) return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.op %d is not a known op", (int)p->op);
     if (p->dtype != SJ_DTYPE_F16 && p->dtype != SJ_DTYPE_BF16)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.dtype %d: expected f16 or bf16 inputs", (int)p->dtype);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.dtype %d: expected f16 or bf16 inputs", (int)p->dtype);
     if (!sj_dtype_name(p->out_dtype))
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.out_dtype %d: expected f16, bf16 or f32", (int)p->out_dtype);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.out_dtype %d: expected f16, bf16 or f32", (int)p->out_dtype);
     const struct { const char *name; int64_t v; } dims[] = { { "m", p->m }, { "n", p->n }, { "k", p->k } };
     for (int i = 0; i < 3; i++) {
         if (dims[i].v <= 0)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld: sizes must be > 0", dims[i].name, (long long)dims[i].v);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld: sizes must be > 0", dims[i].name, (long long)dims[i].v);
         if (dims[i].v > SJ_MAX_DIM)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld exceeds the limit %lld", dims[i].name,
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld exceeds the limit %lld", dims[i].name,
                            (long long)dims[i].v, (long long)SJ_MAX_DIM);
     }
     if (p->op == SJ_OP_VNM_SPMM || p->op == SJ_OP_VNM_COMPRESS) {
         if (p->vnm_v != 16 && p->vnm_v != 32 && p->vnm_v != 64 && p->vnm_v != 128)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_v = %d: V must be 16, 32, 64 or 128", p->vnm_v);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_v = %d: V must be 16, 32, 64 or 128", p->vnm_v);
         if (p->vnm_n != 2)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_n = %d: only N = 2 is supported", p->vnm_n);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_n = %d: only N = 2 is supported", p->vnm_n);
         if (p->vnm_m < 4 || p->vnm_m > 128)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_m = %d: M must be in 4..128", p->vnm_m);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_m = %d: M must be in 4..128", p->vnm_m);
     }
     if (p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) {
         if (p->twell_tile <= 0 || p->twell_capacity <= 0 || p->twell_capacity > p->twell_tile)
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+            return error_set(SJ_ERR_INVALID_ARGUMENT,
                            "problem.twell_tile = %d, twell_capacity = %d: expected 0 < capacity <= tile",
                            p->twell_tile, p->twell_capacity);
         if (!(p->twell_sparsity >= 0 && p->twell_sparsity < 1))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+            return error_set(SJ_ERR_INVALID_ARGUMENT,
                            "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)",
                            p->twell_sparsity);
         if (!(p->twell_skew >= 0 && p->twell_skew <= SJ_TWELL_MAX_SKEW))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = %g: expected 0 (units alike) .. %g",
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = %g: expected 0 (units alike) .. %g",
                            p->twell_skew, SJ_TWELL_MAX_SKEW);
         if (p->twell_skew > 0 && !(p->twell_sparsity >= 0.5))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT,
+            return error_set(SJ_ERR_INVALID_ARGUMENT,
                            "problem.twell_skew = %g needs problem.twell_sparsity >= 0.5 (it is %g): a unit's rate is "
                            "capped at 0.5", p->twell_skew, p->twell_sparsity);
         if (p->op == SJ_OP_TWELL_FFN && (p->d_ff <= 0 || p->d_ff > SJ_MAX_DIM))
-            return sj_fail(SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = %lld: expected > 0", (long long)p->d_ff);
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = %lld: expected > 0", (long long)p->d_ff);
     }
     return SJ_OK;
 }
 
-void rt_sparsity_text(const sj_problem *p, char *buf, size_t len)
+void problem_key_text(const sj_problem *p, char *buf, size_t len)
 {
     /* An unspecified TwELL sparsity keeps the text it had before the field existed, so entries
      * tuned then still match. */
@@ -146,22 +114,13 @@ void rt_sparsity_text(const sj_problem *p, char *buf, size_t len)
 
 sj_status sj_problem_describe(const sj_problem *p, char *buf, size_t len)
 {
-    if (!buf || !len) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "sj_problem_describe: buf is NULL or len is 0");
+    if (!buf || !len) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_problem_describe: buf is NULL or len is 0");
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     char sp[64];
-    rt_sparsity_text(p, sp, sizeof sp);
+    problem_key_text(p, sp, sizeof sp);
     snprintf(buf, len, "%s %s->%s %lldx%lldx%lld%s%s", sj_op_name(p->op), sj_dtype_name(p->dtype),
              sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n, (long long)p->k,
              sp[0] ? " " : "", sp);
-    return SJ_OK;
-}
-
-sj_status rt_check_ptr(const char *name, sj_devptr p, unsigned alignment)
-{
-    if (!p) return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s is a null device pointer", name);
-    if (alignment && p % alignment)
-        return sj_fail(SJ_ERR_INVALID_ARGUMENT, "%s = 0x%llx is not %u-byte aligned", name,
-                       (unsigned long long)p, alignment);
     return SJ_OK;
 }

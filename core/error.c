@@ -1,5 +1,5 @@
 /* error.c: the thread-local last-error string and the status names. */
-#include "error.h"
+#include "core/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,9 +9,9 @@ static _Thread_local char last_error[2048];
 
 const char *sj_last_error(void) { return last_error; }
 
-void sj_clear_error(void) { last_error[0] = 0; }
+void error_clear(void) { last_error[0] = 0; }
 
-sj_status sj_fail(sj_status status, const char *fmt, ...)
+sj_status error_set(sj_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -20,7 +20,7 @@ sj_status sj_fail(sj_status status, const char *fmt, ...)
     return status;
 }
 
-sj_status sj_fail_context(sj_status status, const char *fmt, ...)
+sj_status error_prefix(sj_status status, const char *fmt, ...)
 {
     char prefix[512], old[sizeof last_error];
     va_list ap;
