@@ -1,5 +1,6 @@
 /* cli_problem.c: parsing of the shared problem options (see cli_problem.h). */
 #include "cli/cli_problem.h"
+#include "core/op.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,13 @@ const char cli_problem_help[] =
     "                     every unit alike; A > 0: the unit of rank r fires at a rate ~ r^-A (max\n"
     "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n";
 
-static int out_set, shape_set, sparsity_set;
+static int out_set, shape_set;
 
 void cli_problem_begin(sj_problem *p)
 {
     sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
     out_set = 0;
     shape_set = 0;
-    sparsity_set = 0;
 }
 
 static int parse_ints(const char *s, char sep, long long *v, int n)
@@ -104,7 +104,6 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
             return -1;
         }
         p->twell_sparsity = s;
-        sparsity_set = 1;
     } else if (!strcmp(opt, "--skew")) {
         char *end;
         double a = strtod(val, &end);
@@ -129,16 +128,8 @@ bad:
 int cli_problem_finish(sj_problem *p)
 {
     if (!out_set) p->out_dtype = p->dtype;
-    if (p->op == SJ_OP_VNM_SPMM && !p->vnm_v) {
-        p->vnm_v = 64;
-        p->vnm_n = 2;
-        p->vnm_m = 8;
-    }
-    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !p->twell_tile) {
-        p->twell_tile = 128;
-        p->twell_capacity = 16;
-    }
-    if ((p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) && !sparsity_set) p->twell_sparsity = CLI_TWELL_SPARSITY;
+    const op_desc *d = op_find(p->op);
+    if (d && d->fill_defaults) d->fill_defaults(p);
     if (!shape_set) {
         fprintf(stderr, "sparsejit: --shape MxNxK is required\n");
         return 0;

@@ -5,8 +5,6 @@
 
 #include "sparsejit.h"
 
-/* The TwELL activation sparsity the CLI and the Lua module assume unless told (--sparsity). */
-#define CLI_TWELL_SPARSITY 0.99
 
 /* Options text for --help. */
 extern const char cli_problem_help[];

@@ -1,10 +1,11 @@
 /* cmd_bench.c: `sparsejit bench`: times one op at one shape with the tuner's method (events,
  * L2 flush, median of many) and the dense cuBLAS work it replaces, interleaved in rounds so
  * clock drift under load hits both alike; prints a row (table, CSV or JSON). */
-#include "cli/bench.h"
+#include "tuner/harness.h"
 #include "cli/cli_problem.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/op.h"
 #include "runtime/runtime.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
@@ -13,17 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const bench_op *op_for(sj_op op)
-{
-    switch (op) {
-    case SJ_OP_GEMM: return &bench_op_gemm;
-    case SJ_OP_VNM_SPMM: return &bench_op_vnm;
-    case SJ_OP_TWELL_GATE: case SJ_OP_TWELL_FFN: return &bench_op_twell;
-    case SJ_OP_VNM_COMPRESS: return NULL; /* a conversion, not a kernel with a cuBLAS counterpart */
-    }
-    return NULL;
-}
 
 typedef struct launch_ctx { sj_context *ctx; const bench_op *op; bench_case *c; } launch_ctx;
 
@@ -87,7 +77,8 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "sparsejit bench: --rounds %d: expected 1..100\n", rounds);
         return 2;
     }
-    const bench_op *op = op_for(p.op);
+    const op_desc *desc = op_find(p.op);
+    const bench_op *op = desc->bench;
     if (!op) {
         fprintf(stderr, "sparsejit bench: op %s has no benchmark\n", sj_op_name(p.op));
         return 2;
@@ -150,14 +141,9 @@ int cmd_bench(int argc, char **argv)
     double flops = op->flops(&p), dense_flops = 0;
     for (int i = 0; i < n_base; i++) dense_flops += 2.0 * shapes[i][0] * shapes[i][1] * shapes[i][2];
     double tf = flops / (t_op * 1e-6) / 1e12, tf_cb = dense_flops / (t_cb * 1e-6) / 1e12;
-    char desc[256], sp[64] = "";
-    sj_problem_describe(&p, desc, sizeof desc);
-    if (p.op == SJ_OP_VNM_SPMM) snprintf(sp, sizeof sp, "%d:%d:%d", p.vnm_v, p.vnm_n, p.vnm_m);
-    else if (p.op == SJ_OP_TWELL_GATE || p.op == SJ_OP_TWELL_FFN) {
-        char skew[24] = ""; /* the input law, when not iid */
-        if (p.twell_skew > 0) snprintf(skew, sizeof skew, "/A%g", p.twell_skew);
-        snprintf(sp, sizeof sp, "%g%s@T%d:C%d", p.twell_sparsity, skew, p.twell_tile, p.twell_capacity);
-    }
+    char described[256], sp[64] = "";
+    sj_problem_describe(&p, described, sizeof described);
+    if (desc->label) desc->label(&p, sp, sizeof sp);
     const char *origin = ki.origin == SJ_CONFIG_TUNED ? "tuned" : ki.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default";
     const char *source = ki.source == SJ_FROM_COMPILE ? "compiled" : ki.source == SJ_FROM_CACHE ? "cache" : "table";
     sj_device_info d;
@@ -179,7 +165,7 @@ int cmd_bench(int argc, char **argv)
                (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf, t_cb, tf_cb, t_cb / t_op,
                isnan(check_err) ? -1.0 : check_err);
     } else {
-        printf("%s on %s\n", desc, d.name);
+        printf("%s on %s\n", described, d.name);
         printf("  kernel   %s %s config %s\n", ki.template_name, origin, ki.config);
         printf("  first    %.2f ms (%s, incl. one launch)\n", first_ms, source);
         if (!isnan(check_err)) printf("  checked  against the reference: relative error %.2e\n", check_err);

@@ -2,8 +2,10 @@
  * (sweeps): device info, tune, bench (with the cuBLAS baseline), V:N:M layout sizes and CSV
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
  * carrying the sparsejit message. One context per Lua state, created on first use. */
-#include "cli/bench.h"
+#include "core/op.h"
+#include "tuner/harness.h"
 #include "cli/cli_problem.h"
+#include "ops/twell/twell.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
 
@@ -158,28 +160,23 @@ static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
         p->vnm_v = v[0];
         p->vnm_n = v[1];
         p->vnm_m = v[2];
-    } else if (op == SJ_OP_VNM_SPMM || op == SJ_OP_VNM_COMPRESS) {
-        p->vnm_v = 64;
-        p->vnm_n = 2;
-        p->vnm_m = 8;
     }
     const char *tw = opt_string(L, t, "twell", NULL);
     if (tw) {
         if (!parse_colon(tw, v, 2)) luaL_error(L, "sparsejit.%s: twell '%s': expected \"T:C\", e.g. \"128:16\"", fn, tw);
         p->twell_tile = v[0];
         p->twell_capacity = v[1];
-    } else if (op == SJ_OP_TWELL_GATE || op == SJ_OP_TWELL_FFN) {
-        p->twell_tile = 128;
-        p->twell_capacity = 16;
     }
     p->d_ff = opt_integer(L, t, "d_ff", 0);
-    if (op == SJ_OP_TWELL_GATE || op == SJ_OP_TWELL_FFN) {
-        p->twell_sparsity = opt_number(L, t, "sparsity", CLI_TWELL_SPARSITY);
+    const op_desc *d = op_find(op);
+    if (d->reads & OP_READS_TWELL) {
+        p->twell_sparsity = opt_number(L, t, "sparsity", TWELL_DEFAULT_SPARSITY);
         if (!(p->twell_sparsity > 0 && p->twell_sparsity < 1))
             luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
                        p->twell_sparsity);
         p->twell_skew = opt_number(L, t, "skew", 0); /* sj_problem_validate names a bad one */
     }
+    if (d->fill_defaults) d->fill_defaults(p);
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);
 }
 
@@ -375,16 +372,6 @@ static int l_tune(lua_State *L)
 
 /* ------------------------------------------------------------------ bench */
 
-static const bench_op *bench_op_for(sj_op op)
-{
-    switch (op) {
-    case SJ_OP_GEMM: return &bench_op_gemm;
-    case SJ_OP_VNM_SPMM: return &bench_op_vnm;
-    case SJ_OP_TWELL_GATE: case SJ_OP_TWELL_FFN: return &bench_op_twell;
-    case SJ_OP_VNM_COMPRESS: return NULL; /* a conversion: no cuBLAS counterpart */
-    }
-    return NULL;
-}
 
 static int l_bench(lua_State *L)
 {
@@ -412,7 +399,7 @@ static int l_bench(lua_State *L)
     set_string(L, "config", r.config);
     set_string(L, "origin", r.origin == SJ_CONFIG_TUNED ? "tuned" : r.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default");
     set_string(L, "source", r.source == SJ_FROM_COMPILE ? "compiled" : r.source == SJ_FROM_CACHE ? "cache" : "table");
-    const bench_op *op = bench_op_for(p.op);
+    const bench_op *op = op_find(p.op)->bench;
     if (cublas && !op) {
         set_string(L, "cublas_error", "no dense cuBLAS counterpart for this op");
     } else if (cublas) {

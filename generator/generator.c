@@ -137,18 +137,6 @@ void gen_close(gen_state *g)
     free(g);
 }
 
-sj_status gen_template_for_op(sj_op op, const char **name)
-{
-    switch (op) {
-    case SJ_OP_GEMM: *name = "gemm_dense"; return SJ_OK;
-    case SJ_OP_VNM_SPMM: *name = "vnm_spmm"; return SJ_OK;
-    case SJ_OP_TWELL_GATE: *name = "twell_gate"; return SJ_OK;
-    case SJ_OP_TWELL_FFN: *name = "twell_ffn"; return SJ_OK;
-    case SJ_OP_VNM_COMPRESS: *name = "vnm_compress"; return SJ_OK;
-    }
-    return error_set(SJ_ERR_INVALID_ARGUMENT, "no template for op %d", (int)op);
-}
-
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Names of the lib/ modules, sorted, so the hash is over a stable sequence. */

@@ -30,8 +30,6 @@ void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes, int sm
 /* Opt-in shared memory per block of an arch, for contexts without a GPU to ask. */
 int gen_arch_max_shared(const char *arch);
 
-/* Template implementing op (e.g. "gemm_dense" for SJ_OP_GEMM). */
-sj_status gen_template_for_op(sj_op op, const char **name);
 /* sha256 (hex) over the template's source and every lib/ module: part of the cache key. */
 sj_status gen_template_hash(gen_state *g, const char *template_name, char hex[65]);
 

@@ -222,7 +222,7 @@ sj_status sj_gemm(sj_context *ctx, const sj_problem *problem, sj_devptr A, sj_de
  * {16, 32, 64, 128}, N = 2, M in 4..128, f16 and bf16. cols need not be a multiple of M (the
  * last group is padded with zero columns) nor rows of V (padded with zero rows).
  *
- * The compressed form is laid out for the kernel (runtime/vnm_format.h gives the exact order):
+ * The compressed form is laid out for the kernel (ops/vnm/vnm_format.h gives the exact order):
  * values: the 2 kept values of every row and group, in mma.sp m16n8k32 fragment order;
  * meta: their 2-bit positions in the block's 4 columns, one metadata word per lane;
  * index: per row block and group the 4 selected columns as B rows (-1: padding column). */

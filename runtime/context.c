@@ -1,6 +1,7 @@
 /* context.c: the sparsejit context: device discovery through the driver API (or a compile-only
  * context without a GPU), device info, counters, device memory helpers, and the public
  * generate/compile entry points. A context is used by one thread at a time. */
+#include "core/op.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "generator/nvrtc.h"
@@ -64,7 +65,7 @@ static sj_status open_gpu(sj_context *ctx)
     return SJ_OK;
 }
 
-sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
+sj_status rt_context_create(const sj_context_options *opts, sj_context **out)
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_context_create: out is NULL");
     *out = NULL;
@@ -307,7 +308,7 @@ sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *co
     if (st != SJ_OK) return st;
     const char *tname;
     gen_state *g;
-    if ((st = gen_template_for_op(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((st = op_template(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
     st = gen_generate(g, tname, problem, config, out);
     if (st == SJ_OK) ctx->stats.lua_generations++;
     return st;
@@ -330,7 +331,7 @@ sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *
     sj_status st = sj_problem_validate(problem);
     if (st != SJ_OK) return st;
     sj_problem norm;
-    kernel_table_normalize(problem, &norm);
+    op_normalize(problem, &norm);
     if (config && strlen(config) >= sizeof ctx->forced[0].config)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
     for (int i = 0; i < ctx->n_forced; i++)

@@ -1,5 +1,6 @@
 /* kernel.c: the request path of one kernel (../shared/design.md): in-process table, then the
  * SQLite cache, then template + NVRTC (stored back into the cache), then load and launch. */
+#include "core/op.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "core/problem.h"
@@ -23,7 +24,7 @@ sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key)
     const char *tname;
     gen_state *g;
     sj_status st;
-    if ((st = gen_template_for_op(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((st = op_template(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
     if ((st = gen_template_hash(g, tname, key->template_hash)) != SJ_OK) return st;
     snprintf(key->gpu, sizeof key->gpu, "%s", ctx->has_gpu ? ctx->info.name : "");
     snprintf(key->arch, sizeof key->arch, "%s", ctx->arch);
@@ -60,7 +61,7 @@ static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_ke
 {
     loaded_kernel *k = calloc(1, sizeof *k);
     if (!k) return error_set(SJ_ERR_OUT_OF_MEMORY, "loading kernel: out of memory");
-    kernel_table_normalize(p, &k->problem);
+    op_normalize(p, &k->problem);
     snprintf(k->config, sizeof k->config, "%s", ck->config);
     snprintf(k->template_name, sizeof k->template_name, "%s", tname);
     memcpy(k->grid, ck->grid, sizeof k->grid);
@@ -139,7 +140,7 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
     if (st != SJ_OK) return st;
     const char *tname;
     gen_state *g;
-    if ((st = gen_template_for_op(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((st = op_template(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
     char canon[256];
     if ((st = gen_canonical_config(g, tname, p, cfg, canon, sizeof canon)) != SJ_OK) return st;
     k = kernel_table_get(&ctx->table, p, canon);
@@ -175,7 +176,7 @@ static const char *forced_config(const sj_context *ctx, const sj_problem *p)
 {
     if (!ctx->n_forced) return NULL;
     sj_problem norm;
-    kernel_table_normalize(p, &norm);
+    op_normalize(p, &norm);
     for (int i = 0; i < ctx->n_forced; i++)
         if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) return ctx->forced[i].config;
     return NULL;
@@ -223,9 +224,11 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
             return st;
         }
     }
-    /* The compressor is a one-off conversion with a single config: nothing to tune. */
-    if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS && p->op != SJ_OP_VNM_COMPRESS) {
-        if ((st = rt_tune_on_miss(ctx, p, config, sizeof config)) != SJ_OK) return st;
+    /* A conversion (not tunable) has a single config: nothing to tune. */
+    if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS && op_find(p->op)->tunable) {
+        if (!ctx->tune_on_miss)
+            return error_set(SJ_ERR_UNSUPPORTED, "SJ_TUNE_ON_MISS: this context has no tuner (create it with sj_context_create)");
+        if ((st = ctx->tune_on_miss(ctx, p, config, sizeof config)) != SJ_OK) return st;
         origin = SJ_CONFIG_TUNED;
     }
     const loaded_kernel *chosen;
@@ -235,22 +238,6 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     if ((st = kernel_table_put(&ctx->table, p, "", k)) != SJ_OK) return st;
     note_last(ctx, k, k->source, origin);
     *out = k;
-    return SJ_OK;
-}
-
-/* SJ_TUNE_ON_MISS: a budgeted search, so a first call costs seconds, not minutes. */
-sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len)
-{
-    sj_tune_options o;
-    sj_tune_options_init(&o);
-    o.strategy = SJ_TUNE_RANDOM;
-    o.budget_trials = 0; /* the strategy default: 16-128 trials */
-    o.budget_seconds = 60;
-    sj_tune_result r;
-    sj_status st = sj_tune(ctx, p, &o, &r);
-    if (st != SJ_OK) return error_prefix(st, "tuning on first use (SJ_TUNE_ON_MISS)");
-    snprintf(config, len, "%s", r.config);
-    sj_tune_result_free(&r);
     return SJ_OK;
 }
 

@@ -2,35 +2,11 @@
  * in-process lookup that makes a warm launch cost no SQLite, Lua or NVRTC work. */
 #include "runtime/kernel_table.h"
 #include "core/error.h"
+#include "core/op.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void kernel_table_normalize(const sj_problem *p, sj_problem *out)
-{
-    memset(out, 0, sizeof *out);
-    out->op = p->op;
-    out->dtype = p->dtype;
-    out->out_dtype = p->out_dtype;
-    out->m = p->m;
-    out->n = p->n;
-    out->k = p->k;
-    if (p->op == SJ_OP_VNM_SPMM || p->op == SJ_OP_VNM_COMPRESS) {
-        out->vnm_v = p->vnm_v;
-        out->vnm_n = p->vnm_n;
-        out->vnm_m = p->vnm_m;
-    }
-    if (p->op == SJ_OP_TWELL_GATE || p->op == SJ_OP_TWELL_FFN) {
-        out->twell_tile = p->twell_tile;
-        out->twell_capacity = p->twell_capacity;
-        if (p->op == SJ_OP_TWELL_FFN) out->d_ff = p->d_ff;
-        /* the cache keeps a winner per input law (sparsity, skew): so must the table, or a
-         * process would keep using the winner of the first sparsity it ran */
-        out->twell_sparsity = p->twell_sparsity;
-        out->twell_skew = p->twell_skew;
-    }
-}
 
 static uint64_t fnv1a(const void *data, size_t n, uint64_t h)
 {
@@ -67,7 +43,7 @@ static kernel_table_slot *find(const kernel_table *t, const sj_problem *norm, co
 loaded_kernel *kernel_table_get(const kernel_table *t, const sj_problem *p, const char *config)
 {
     sj_problem norm;
-    kernel_table_normalize(p, &norm);
+    op_normalize(p, &norm);
     kernel_table_slot *s = find(t, &norm, config ? config : "");
     return s ? s->kernel : NULL;
 }
@@ -102,7 +78,7 @@ sj_status kernel_table_put(kernel_table *t, const sj_problem *p, const char *con
         if (st != SJ_OK) return st;
     }
     sj_problem norm;
-    kernel_table_normalize(p, &norm);
+    op_normalize(p, &norm);
     kernel_table_slot *s = find(t, &norm, config);
     if (!s->kernel) t->count++;
     s->problem = norm;
@@ -114,7 +90,7 @@ sj_status kernel_table_put(kernel_table *t, const sj_problem *p, const char *con
 void kernel_table_forget(kernel_table *t, const sj_problem *p)
 {
     sj_problem norm;
-    kernel_table_normalize(p, &norm);
+    op_normalize(p, &norm);
     kernel_table_slot *s = find(t, &norm, "");
     if (!s || !s->kernel) return;
     /* Backward-shift deletion keeps every probe chain intact. */

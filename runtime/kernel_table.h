@@ -37,7 +37,4 @@ sj_status kernel_table_put(kernel_table *t, const sj_problem *p, const char *con
 /* Drops the resolved ("" config) slot of problem p, e.g. after a new tuned winner. */
 void kernel_table_forget(kernel_table *t, const sj_problem *p);
 
-/* A zeroed copy of p with only the fields that select a kernel, so padding never differs. */
-void kernel_table_normalize(const sj_problem *p, sj_problem *out);
-
 #endif

@@ -31,7 +31,13 @@ struct sj_context {
     /* per-problem forced configs (sj_set_config), a small list */
     struct forced_config { sj_problem problem; char config[256]; } *forced;
     int n_forced, cap_forced;
+    /* SJ_TUNE_ON_MISS: tunes p and writes the winner's config. The tuner installs it when it
+     * creates the context (tuner/context.c), so the runtime never calls up into the tuner. */
+    sj_status (*tune_on_miss)(sj_context *ctx, const sj_problem *p, char *config, size_t len);
 };
+
+/* Creates a context (sj_context_create without the tuner's hook; see tuner/context.c). */
+sj_status rt_context_create(const sj_context_options *opts, sj_context **out);
 
 /* The loaded kernel for problem: forced config, else the tuned winner, else the default (or tune
  * on miss, per policy). Hot path: one table lookup. */
@@ -46,8 +52,6 @@ sj_status rt_require_gpu(sj_context *ctx, const char *what);
 sj_status rt_generator(sj_context *ctx, gen_state **out);
 /* Fills the cache key of problem for the context's device and the op's template. */
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
-/* Tunes p (budgeted search) and writes the winner's config: SJ_TUNE_ON_MISS. */
-sj_status rt_tune_on_miss(sj_context *ctx, const sj_problem *p, char *config, size_t len);
 /* Monotonic seconds. */
 double rt_seconds(void);
 /* Checks a device pointer argument: nonzero and aligned. */
@@ -62,15 +66,6 @@ typedef enum tma_shape { TMA_WGMMA, TMA_ROWS32 } tma_shape;
  * zero fill (tensor_map.c); zeros unless the context's arch is sm_90a. */
 sj_status rt_tensor_map_rows(sj_context *ctx, tensor_map *map, sj_devptr base, int64_t rows, int64_t cols,
                              tma_shape shape, const char *what);
-/* Launches a twell-gate kernel with its ABI (X, WgT, H, M, N, K, and the TMA descriptors of X
- * and WgT): sj_twell_gate and the tuner's harness share it. */
-sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
-                               sj_devptr WgT, const sj_twell_device *H, void *stream);
-
-/* Launches a twell-ffn kernel with its ABI (X, H, WuT, Wd, Y, M, D, F, workspace): sj_twell_ffn
- * and the tuner's harness share it. ALGO=1 kernels get the context's scratch buffer. */
-sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
-                              const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream);
 /* The context's device scratch, at least bytes, zero-filled when it is (re)allocated; kernels that
  * use it leave it zeroed (templates/lib/twell_pairs.lua). Launches that share it must not overlap. */
 sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out);

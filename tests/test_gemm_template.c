@@ -4,6 +4,7 @@
  * tensor cores (HMMA), ldmatrix (LDSM) and cp.async (LDGSTS) and never spills (LDL/STL); bounds
  * checks are emitted only for dimensions the tile does not divide; invalid configs are refused
  * with a reason that names the constraint. */
+#include "core/op.h"
 #include "test_util.h"
 #include "runtime/runtime.h"
 
@@ -136,7 +137,7 @@ static void valid_configs(const sj_problem *p, cfg_list *out)
     gen_state *gs = NULL;
     SJ_ASSERT_OK(rt_generator(ctx90, &gs));
     const char *tname = NULL;
-    SJ_ASSERT_OK(gen_template_for_op(SJ_OP_GEMM, &tname));
+    SJ_ASSERT_OK(op_template(SJ_OP_GEMM, &tname));
     gen_space sp;
     SJ_ASSERT_OK(gen_space_of(gs, tname, p, &sp));
     assert_true(sp.n_params >= 6);

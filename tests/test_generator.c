@@ -1,6 +1,7 @@
 /* test_generator.c: the Lua sandbox and the template contract, on the CPU: io/os refused,
  * errors carry template file:line, instruction and memory caps, #line reaches NVRTC's log,
  * config strings, and the template hash that keys the cache. */
+#include "core/op.h"
 #include "test_util.h"
 #include "generator/generator.h"
 #include "generator/nvrtc.h"
@@ -258,7 +259,7 @@ static void test_embedded_templates_load(void **state)
     gen_state *g = NULL;
     SJ_ASSERT_OK(gen_open(NULL, &g));
     const char *name;
-    SJ_ASSERT_OK(gen_template_for_op(SJ_OP_GEMM, &name));
+    SJ_ASSERT_OK(op_template(SJ_OP_GEMM, &name));
     sj_problem p;
     sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_BF16, 100, 72, 40);
     p.out_dtype = SJ_DTYPE_F32;

@@ -14,10 +14,11 @@
  * main loops (TMA + warp specialisation, wgmma over cp.async, mma.sync); the fused FFN against a dense
  * fp64 (H (.) (X . Wu)) . Wd, for the default and explicit configs, and over a host-built
  * TwELL that overflows almost everywhere. Outputs are poisoned before every launch. */
+#include "core/op.h"
 #include "test_util.h"
 #include "generator/generator.h"
 #include "runtime/runtime.h"
-#include "runtime/twell_format.h"
+#include "ops/twell/twell_format.h"
 #include "tuner/harness.h"
 
 #include <math.h>
@@ -223,7 +224,7 @@ static void test_space_generates(void **state)
                            ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, 77, 264, 1000, 64, 8) };
     for (size_t i = 0; i < sizeof probs / sizeof *probs; i++) {
         const char *tname;
-        SJ_ASSERT_OK(gen_template_for_op(probs[i].op, &tname));
+        SJ_ASSERT_OK(op_template(probs[i].op, &tname));
         gen_space sp;
         SJ_ASSERT_OK(gen_space_of(gs, tname, &probs[i], &sp));
         int idx[GEN_MAX_PARAMS] = { 0 }, n_valid = 0;

@@ -6,7 +6,7 @@
  * a zero; the reverse conversion refuses inconsistent data, rule by rule, naming the tile; the
  * problem mapping of the gate and the FFN. */
 #include "test_util.h"
-#include "runtime/twell_format.h"
+#include "ops/twell/twell_format.h"
 
 #include <math.h>
 #include <stdio.h>

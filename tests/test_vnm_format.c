@@ -4,7 +4,7 @@
  * fragments, read lane by lane as the PTX ISA describes them, which must reproduce the dense
  * product of the decompressed matrix: this checks the packing the kernel relies on. */
 #include "test_util.h"
-#include "runtime/vnm_format.h"
+#include "ops/vnm/vnm_format.h"
 
 #include <math.h>
 #include <stdio.h>

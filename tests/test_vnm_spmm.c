@@ -7,7 +7,7 @@
  * byte for byte against the host compressor; upload/download round trips. */
 #include "test_util.h"
 #include "runtime/runtime.h"
-#include "runtime/vnm_format.h"
+#include "ops/vnm/vnm_format.h"
 #include "generator/nvrtc.h"
 
 #include <math.h>

@@ -2,6 +2,7 @@
  * harness, loading a candidate cubin outside the context's table, the NaN-poisoned correctness
  * gate against the reference, the reference GEMM kernel itself, and seeded 16-bit inputs. */
 #include "tuner/harness.h"
+#include "core/op.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "generator/nvrtc.h"
@@ -14,14 +15,12 @@
 
 sj_status harness_for(const sj_problem *p, const harness_ops **out)
 {
-    switch (p->op) {
-    case SJ_OP_GEMM: *out = &harness_gemm; return SJ_OK;
-    case SJ_OP_VNM_SPMM: *out = &harness_vnm; return SJ_OK;
-    case SJ_OP_TWELL_GATE: *out = &harness_twell_gate; return SJ_OK;
-    case SJ_OP_TWELL_FFN: *out = &harness_twell_ffn; return SJ_OK;
-    default: break; /* e.g. the V:N:M compressor: a format conversion, not a tuned op */
-    }
-    return error_set(SJ_ERR_INVALID_ARGUMENT, "the tuner has no harness for op %d", (int)p->op);
+    const op_desc *d = op_find(p->op);
+    if (!d || !d->harness) /* e.g. the V:N:M compressor: a format conversion, not a tuned op */
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "the tuner has no harness for op %d (%s)", (int)p->op,
+                         d ? d->name : "not an op");
+    *out = d->harness;
+    return SJ_OK;
 }
 
 sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h)
@@ -70,7 +69,7 @@ sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, 
                        unsigned shared_bytes, loaded_kernel *out)
 {
     memset(out, 0, sizeof *out);
-    kernel_table_normalize(p, &out->problem);
+    op_normalize(p, &out->problem);
     snprintf(out->config, sizeof out->config, "%s", config);
     snprintf(out->template_name, sizeof out->template_name, "%s", template_name);
     memcpy(out->grid, grid, sizeof out->grid);

@@ -1,7 +1,8 @@
 /* harness.h: what the tuner needs from each op to try a candidate kernel: random inputs for the
  * problem on the device, one launch of a *given* loaded kernel with the op's ABI, the output it
  * writes, and a reference output from an independent kernel (templates/gemm_reference.lua).
- * One harness_ops per op, in tuner/harness_<op>.c; harness.c holds what they share. */
+ * One harness_ops per op, in ops/<family>/<family>_harness.c, named by the op's descriptor
+ * (core/op.h); harness.c holds what they share. */
 #ifndef SJ_TUNER_HARNESS_H
 #define SJ_TUNER_HARNESS_H
 
@@ -43,11 +44,32 @@ struct harness {
     void *state;             /* the op's own */
 };
 
-extern const harness_ops harness_gemm;   /* harness_gemm.c */
-extern const harness_ops harness_vnm;    /* harness_vnm.c */
-extern const harness_ops harness_twell_gate, harness_twell_ffn; /* harness_twell.c */
+/* What `sparsejit bench` (and Lua's sparsejit.bench) times for an op: the op through its public
+ * entry point on random inputs, against the dense cuBLAS work it replaces. One per op family, in
+ * ops/<family>/<family>_bench.c, named by the op's descriptor (core/op.h). */
+typedef struct bench_case bench_case;
 
-/* The harness of p's op; SJ_ERR_UNSUPPORTED (naming the op) when the tuner has none yet. */
+typedef struct bench_op {
+    sj_op op;
+    /* Allocates and fills inputs (random, never zeros) for p. */
+    sj_status (*setup)(sj_context *ctx, const sj_problem *p, bench_case **out);
+    /* Launches the op once on the default stream (asynchronous). */
+    sj_status (*launch)(sj_context *ctx, bench_case *c);
+    /* Useful FLOPs of one launch (sparse ops count only the kept non-zeros' work). */
+    double (*flops)(const sj_problem *p);
+    /* The dense cuBLAS work the op replaces, as a list of GEMM shapes (m, n, k) run back to back
+     * with the same dtype: one for gemm/vnm, three for the FFN. Returns the count (<= 4). */
+    int (*baseline)(const sj_problem *p, int64_t shapes[4][3]);
+    /* Optional: after one launch, the relative error of (a sample of) the output against a
+     * reference that shares no code with the kernel (fp64 on the host for TwELL, the fp32
+     * reference kernel for gemm and V:N:M), so no time is reported for a kernel that computes
+     * the wrong thing. */
+    sj_status (*check)(sj_context *ctx, bench_case *c, double *rel_error);
+    void (*teardown)(sj_context *ctx, bench_case *c);
+} bench_op;
+
+
+/* The harness of p's op (its descriptor's); SJ_ERR_UNSUPPORTED naming the op when it has none. */
 sj_status harness_for(const sj_problem *p, const harness_ops **out);
 /* setup + reference; on failure everything is released. */
 sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h);

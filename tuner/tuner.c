@@ -6,6 +6,7 @@
  * rounds (a run-off): one timing each in a sweep of thousands lets noise, not speed, pick among
  * near-equal configs. The trials and the winner go to the cache in one transaction and the
  * runtime's resolved kernel for the problem is dropped, so the next op call loads the winner. */
+#include "core/op.h"
 #include "tuner/tuner.h"
 #include "tuner/harness.h"
 #include "core/error.h"
@@ -579,7 +580,7 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
         goto done;
     }
     if ((st = rt_require_gpu(ctx, "tuning")) != SJ_OK || (st = harness_for(p, &hops)) != SJ_OK ||
-        (st = gen_template_for_op(p->op, &t->tname)) != SJ_OK || (st = rt_generator(ctx, &t->gen)) != SJ_OK)
+        (st = op_template(p->op, &t->tname)) != SJ_OK || (st = rt_generator(ctx, &t->gen)) != SJ_OK)
         goto done;
     snprintf(res->template_name, sizeof res->template_name, "%s", t->tname);
     snprintf(res->strategy, sizeof res->strategy, "%s", sj_tune_strategy_name(t->opts.strategy));

@@ -3,9 +3,8 @@
  * pruned to V:N:M by magnitude on the GPU (sj_vnm_compress_device), against the dense GEMM of
  * the same shape through cuBLAS; the first launch's C is checked element by element against the
  * tuner's reference kernel on the dense matrix the compressed A stands for. */
-#include "cli/bench.h"
-#include "core/error.h"
 #include "tuner/harness.h"
+#include "core/error.h"
 
 #include <stdlib.h>
 #include <string.h>

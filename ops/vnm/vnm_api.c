@@ -3,7 +3,7 @@
  * request path: kernel table, cache, template + NVRTC). */
 #include "core/error.h"
 #include "runtime/runtime.h"
-#include "runtime/vnm_format.h"
+#include "ops/vnm/vnm_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* vnm_format.c: the host side of the V:N:M format: layout sizes, magnitude pruning, lossless
  * compression of a matrix that already has the pattern (and the pattern check), and
  * decompression with consistency checks. The compressed order is in vnm_format.h. */
-#include "runtime/vnm_format.h"
+#include "ops/vnm/vnm_format.h"
 #include "core/error.h"
 
 #include <math.h>

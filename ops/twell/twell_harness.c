@@ -15,7 +15,8 @@
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
-#include "runtime/twell_format.h"
+#include "ops/twell/twell.h"
+#include "ops/twell/twell_format.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -112,7 +113,7 @@ done:
 static sj_status gate_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     gate_state *s = h->state;
-    return rt_twell_gate_launch(h->ctx, k, &h->problem, s->X, s->WgT, &s->H, stream);
+    return twell_gate_launch(h->ctx, k, &h->problem, s->X, s->WgT, &s->H, stream);
 }
 
 /* Counts of -1 and 0xFF entries: a tile the kernel does not write is invalid when read back. */
@@ -258,7 +259,7 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
 static sj_status ffn_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return rt_twell_ffn_launch(h->ctx, k, &h->problem, s->X, &s->H, s->WuT, s->Wd, s->Y, stream);
+    return twell_ffn_launch(h->ctx, k, &h->problem, s->X, &s->H, s->WuT, s->Wd, s->Y, stream);
 }
 
 /* Host fp64 over the non-zeros of H: independent of every GPU code path. */

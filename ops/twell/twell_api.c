@@ -11,7 +11,8 @@
 
 #include "core/error.h"
 #include "runtime/runtime.h"
-#include "runtime/twell_format.h"
+#include "ops/twell/twell.h"
+#include "ops/twell/twell_format.h"
 
 static sj_status check_problem(sj_context *ctx, const sj_problem *p, sj_op op, const char *what)
 {
@@ -39,10 +40,10 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_de
         return st;
     const loaded_kernel *k;
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
-    return rt_twell_gate_launch(ctx, k, p, X, WgT, H, stream);
+    return twell_gate_launch(ctx, k, p, X, WgT, H, stream);
 }
 
-sj_status rt_twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+sj_status twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
                                sj_devptr WgT, const sj_twell_device *H, void *stream)
 {
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
@@ -72,7 +73,7 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const 
         return st;
     const loaded_kernel *k;
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
-    return rt_twell_ffn_launch(ctx, k, p, X, H, WuT, Wd, Y, stream);
+    return twell_ffn_launch(ctx, k, p, X, H, WuT, Wd, Y, stream);
 }
 
 /* Bytes of workspace an ALGO=1 or 2 (pairs) FFN kernel needs, for any of their configs
@@ -87,7 +88,7 @@ static size_t ffn_pairs_workspace(const sj_problem *p)
     return 4 * (list_offset + counts + m512 * f512);
 }
 
-sj_status rt_twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+sj_status twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream)
 {
     sj_devptr work = 0;

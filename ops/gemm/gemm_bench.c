@@ -2,9 +2,8 @@
  * random A and B (uniform [-1, 1), never zeros, which would run faster than real data), against
  * the same GEMM through cuBLAS; the first launch's C is checked element by element against the
  * tuner's reference kernel (templates/gemm_reference.lua, fp32) before anything is timed. */
-#include "cli/bench.h"
-#include "core/error.h"
 #include "tuner/harness.h"
+#include "core/error.h"
 
 #include <stdlib.h>
 #include <time.h>

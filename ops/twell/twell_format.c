@@ -3,7 +3,7 @@
  * consistency checks of the reverse conversion, device buffers and the two problems. */
 #include "core/error.h"
 #include "runtime/runtime.h"
-#include "runtime/twell_format.h"
+#include "ops/twell/twell_format.h"
 
 #include <stdlib.h>
 #include <string.h>

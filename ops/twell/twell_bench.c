@@ -9,10 +9,9 @@
  * the gate just wrote, against the block's three dense GEMMs. Before timing, CHECK_ROWS token
  * rows spread over the whole output (so every part of the grid is seen) are compared with an
  * fp64 host reference. */
-#include "cli/bench.h"
-#include "cli/cli_problem.h"
-#include "core/error.h"
 #include "tuner/harness.h"
+#include "ops/twell/twell.h"
+#include "core/error.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +33,7 @@ enum { CHECK_ROWS = 16 };
  * it, 0.99 by default); a library caller's unspecified 0 gets the same 0.99. */
 static double bench_sparsity(const sj_problem *p)
 {
-    return p->twell_sparsity > 0 ? p->twell_sparsity : CLI_TWELL_SPARSITY;
+    return p->twell_sparsity > 0 ? p->twell_sparsity : TWELL_DEFAULT_SPARSITY;
 }
 
 /* Uploads n random values of dtype (uniform [-1, 1)); column col of every row r of width ld is

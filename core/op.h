@@ -1,0 +1,62 @@
+/* op.h: the op table. One descriptor per op says what every layer needs to know of the op: its
+ * name and template, which sj_problem fields it reads, its own validation and cache-key text,
+ * whether it is tuned, and the harness that times and checks it. The runtime, the tuner, the CLI
+ * and the Lua module look an op up here instead of switching on sj_op; adding an op is a folder
+ * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md).
+ *
+ * The descriptors live with their ops (ops/<family>/<family>_op.c), which sit above the runtime
+ * they launch through; the table names them as data, and this floor calls into them only
+ * through the pointers below, so nothing here includes anything above it. */
+#ifndef SJ_CORE_OP_H
+#define SJ_CORE_OP_H
+
+#include <stddef.h>
+#include "sparsejit.h"
+
+typedef struct harness_ops harness_ops; /* tuner/harness.h: the tuner's inputs, launch, reference */
+typedef struct bench_op bench_op;       /* tuner/harness.h: what `sparsejit bench` times */
+
+/* The sj_problem fields an op reads beyond op, dtype, out_dtype, m, n, k. Fields an op does not
+ * read are ignored (and zeroed where a problem is a key: the kernel table, forced configs). */
+enum {
+    OP_READS_VNM = 1,        /* vnm_v, vnm_n, vnm_m */
+    OP_READS_TWELL = 2,      /* twell_tile, twell_capacity, twell_sparsity, twell_skew */
+    OP_READS_D_FF = 4        /* d_ff */
+};
+
+typedef struct op_desc {
+    sj_op op;
+    const char *name;              /* "vnm-spmm": sj_op_name, the CLI's --op, the cache key */
+    const char *template_name;     /* "vnm_spmm": templates/<name>.lua */
+    unsigned reads;                /* OP_READS_* */
+    int tunable;                   /* 0: one config (a conversion), never tuned, also not on miss */
+    /* The op's own checks, after the common ones (sizes, dtypes); NULL when it has none. Errors
+     * name the field and the accepted range. */
+    sj_status (*validate)(const sj_problem *p);
+    /* The canonical text of the op's sparsity parameters in the cache key ("" when none). */
+    void (*key_text)(const sj_problem *p, char *buf, size_t len);
+    /* The front ends' (CLI, Lua) values for the op's parameters left unset (zero): V:N:M 64:2:8,
+     * TwELL 128:16 at 99% sparsity. The library itself never fills them in. NULL: none. */
+    void (*fill_defaults)(sj_problem *p);
+    /* The sparsity as bench rows show it ("2:8", "0.99@T128:C16"); NULL: dense, "". */
+    void (*label)(const sj_problem *p, char *buf, size_t len);
+    const harness_ops *harness;    /* the tuner's harness; NULL when not tunable */
+    const bench_op *bench;         /* `sparsejit bench`; NULL when it has no cuBLAS counterpart */
+} op_desc;
+
+/* The descriptor of op, NULL when op is not one. */
+const op_desc *op_find(sj_op op);
+/* The descriptor named name ("gemm", "vnm-spmm", ...), NULL when none is. */
+const op_desc *op_find_name(const char *name);
+/* The template of op (its descriptor's); SJ_ERR_INVALID_ARGUMENT naming op when it is not one. */
+sj_status op_template(sj_op op, const char **name);
+/* Every op, in the table's order: op_at(0) .. op_at(op_count() - 1). */
+int op_count(void);
+const op_desc *op_at(int i);
+/* "gemm, vnm-spmm, ..." for error messages. */
+const char *op_names(void);
+
+/* The problem with the fields its op does not read zeroed: equal keys for equal requests. */
+void op_normalize(const sj_problem *p, sj_problem *out);
+
+#endif

@@ -1,0 +1,24 @@
+/* twell.h: the TwELL family's parts that its descriptors (twell_op.c) hang together, and the
+ * launches its entry points (twell_api.c) and its harness share. */
+#ifndef SJ_OPS_TWELL_H
+#define SJ_OPS_TWELL_H
+
+#include "runtime/runtime.h"
+#include "tuner/harness.h"
+
+/* The activation sparsity the CLI, the Lua module and the bench assume unless told. */
+#define TWELL_DEFAULT_SPARSITY 0.99
+
+extern const harness_ops harness_twell_gate, harness_twell_ffn; /* twell_harness.c */
+extern const bench_op bench_op_twell;                            /* twell_bench.c: both ops */
+
+/* Launches a twell-gate kernel with its ABI (X, WgT, H, M, N, K, and the TMA descriptors of X
+ * and WgT): sj_twell_gate and the tuner's harness share it. */
+sj_status twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+                               sj_devptr WgT, const sj_twell_device *H, void *stream);
+
+/* Launches a twell-ffn kernel with its ABI (X, H, WuT, Wd, Y, M, D, F, workspace): sj_twell_ffn
+ * and the tuner's harness share it. ALGO=1 kernels get the context's scratch buffer. */
+sj_status twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
+                              const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream);
+#endif

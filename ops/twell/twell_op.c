@@ -1,0 +1,107 @@
+/* twell_op.c: the descriptors of the two TwELL ops of a ReLU FFN block: twell-gate (H =
+ * relu(X . Wg) written as TwELL) and twell-ffn (Y = (H (.) (X . Wu)) . Wd). Both read the TwELL
+ * tile and capacity and the law of the activations (sparsity, skew), which the cache key
+ * carries since timings depend on it; the FFN also reads d_ff. */
+#include "core/error.h"
+#include "core/op.h"
+#include "core/problem.h"
+#include "ops/twell/twell.h"
+
+#include <stdio.h>
+
+static sj_status validate(const sj_problem *p)
+{
+    if (p->twell_tile <= 0 || p->twell_capacity <= 0 || p->twell_capacity > p->twell_tile)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = %d, twell_capacity = %d: expected 0 < capacity <= tile",
+                         p->twell_tile, p->twell_capacity);
+    if (!(p->twell_sparsity >= 0 && p->twell_sparsity < 1))
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
+                         "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)",
+                         p->twell_sparsity);
+    if (!(p->twell_skew >= 0 && p->twell_skew <= SJ_TWELL_MAX_SKEW))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = %g: expected 0 (units alike) .. %g", p->twell_skew,
+                         SJ_TWELL_MAX_SKEW);
+    if (p->twell_skew > 0 && !(p->twell_sparsity >= 0.5))
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
+                         "problem.twell_skew = %g needs problem.twell_sparsity >= 0.5 (it is %g): a unit's rate is "
+                         "capped at 0.5", p->twell_skew, p->twell_sparsity);
+    return SJ_OK;
+}
+
+static sj_status validate_ffn(const sj_problem *p)
+{
+    sj_status st = validate(p);
+    if (st != SJ_OK) return st;
+    if (p->d_ff <= 0 || p->d_ff > PROBLEM_MAX_DIM)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = %lld: expected 1 .. %lld", (long long)p->d_ff,
+                         (long long)PROBLEM_MAX_DIM);
+    return SJ_OK;
+}
+
+/* An unspecified sparsity (0) keeps the text keys had before the field existed, so entries
+ * tuned then still match. */
+static void law_text(const sj_problem *p, char *buf, size_t len)
+{
+    if (p->twell_sparsity > 0)
+        snprintf(buf, len, p->twell_skew > 0 ? ",S=%.4g,A=%.4g" : ",S=%.4g", p->twell_sparsity, p->twell_skew);
+    else if (len)
+        buf[0] = 0;
+}
+
+static void key_text_gate(const sj_problem *p, char *buf, size_t len)
+{
+    char law[48];
+    law_text(p, law, sizeof law);
+    snprintf(buf, len, "T=%d,C=%d%s", p->twell_tile, p->twell_capacity, law);
+}
+
+static void key_text_ffn(const sj_problem *p, char *buf, size_t len)
+{
+    char law[48];
+    law_text(p, law, sizeof law);
+    snprintf(buf, len, "T=%d,C=%d,DFF=%lld%s", p->twell_tile, p->twell_capacity, (long long)p->d_ff, law);
+}
+
+static void fill_defaults(sj_problem *p)
+{
+    if (!p->twell_tile) {
+        p->twell_tile = 128;
+        p->twell_capacity = 16;
+    }
+    if (!p->twell_sparsity) p->twell_sparsity = TWELL_DEFAULT_SPARSITY;
+}
+
+static void label(const sj_problem *p, char *buf, size_t len)
+{
+    char skew[24] = ""; /* the input law, when not iid */
+    if (p->twell_skew > 0) snprintf(skew, sizeof skew, "/A%g", p->twell_skew);
+    snprintf(buf, len, "%g%s@T%d:C%d", p->twell_sparsity, skew, p->twell_tile, p->twell_capacity);
+}
+
+const op_desc op_twell_gate = {
+    .op = SJ_OP_TWELL_GATE,
+    .name = "twell-gate",
+    .template_name = "twell_gate",
+    .reads = OP_READS_TWELL,
+    .tunable = 1,
+    .validate = validate,
+    .key_text = key_text_gate,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .harness = &harness_twell_gate,
+    .bench = &bench_op_twell,
+};
+
+const op_desc op_twell_ffn = {
+    .op = SJ_OP_TWELL_FFN,
+    .name = "twell-ffn",
+    .template_name = "twell_ffn",
+    .reads = OP_READS_TWELL | OP_READS_D_FF,
+    .tunable = 1,
+    .validate = validate_ffn,
+    .key_text = key_text_ffn,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .harness = &harness_twell_ffn,
+    .bench = &bench_op_twell,
+};

@@ -1,0 +1,10 @@
+/* vnm.h: the V:N:M family's parts that its descriptors (vnm_op.c) hang together. */
+#ifndef SJ_OPS_VNM_H
+#define SJ_OPS_VNM_H
+
+#include "tuner/harness.h"
+
+extern const harness_ops harness_vnm; /* vnm_harness.c */
+extern const bench_op bench_op_vnm;   /* vnm_bench.c */
+
+#endif
