@@ -432,6 +432,46 @@ sj_status gen_default_config(gen_state *g, const char *name, const sj_problem *p
     return SJ_OK;
 }
 
+sj_status gen_variant_configs(gen_state *g, const char *name, const sj_problem *p, char configs[][256], int max,
+                             int *n)
+{
+    *n = 0;
+    gen_config params, c;
+    sj_status st = template_params(g, name, &params);
+    if (st != SJ_OK) return st;
+    lua_State *L = sandbox_state(g->sb);
+    if ((st = push_template(g, name)) != SJ_OK) return st;
+    int has = lua_getfield(L, -1, "variants") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (!has) { /* one variant: the template's default */
+        if ((st = default_config(g, name, p, &c)) != SJ_OK) return st;
+        gen_config_format(&c, configs[0], 256);
+        *n = 1;
+        return SJ_OK;
+    }
+    if ((st = call_template(g, name, "variants", p, NULL, 1)) != SJ_OK) return st;
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: variants() must return a list of configs", name);
+    }
+    lua_Integer count = luaL_len(L, -1);
+    if (count < 1 || count > max) {
+        lua_pop(L, 1);
+        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: variants() returned %lld configs; expected 1 .. %d", name,
+                         (long long)count, max);
+    }
+    for (lua_Integer i = 1; i <= count; i++) {
+        lua_geti(L, -1, i);
+        if ((st = read_config_table(L, name, "variants()", &params, &c)) != SJ_OK) {
+            lua_pop(L, 1);
+            return st;
+        }
+        gen_config_format(&c, configs[(*n)++], 256);
+    }
+    lua_pop(L, 1);
+    return SJ_OK;
+}
+
 /* Full config: the default, overridden by the named values of text; unknown names refused. */
 static sj_status resolve_config(gen_state *g, const char *name, const sj_problem *p, const char *text, gen_config *out)
 {

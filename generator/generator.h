@@ -39,6 +39,13 @@ sj_status gen_config_valid(gen_state *g, const char *template_name, const sj_pro
                            const char *config, int *valid, char *reason, size_t reason_len);
 sj_status gen_default_config(gen_state *g, const char *template_name, const sj_problem *p,
                              char *config, size_t len);
+/* The best-known config of each of the template's variants (algorithms it chooses between by
+ * a parameter, e.g. twell_ffn's ALGO), from its optional variants(problem), canonical, in the
+ * template's order; a template without one has one variant, its default. The tuner measures
+ * these first. At most max (SJ_ERR_TEMPLATE when the template returns more or none). */
+#define GEN_MAX_VARIANTS 8
+sj_status gen_variant_configs(gen_state *g, const char *template_name, const sj_problem *p, char configs[][256],
+                              int max, int *n);
 /* The full canonical config that `config` (possibly partial: named values override the
  * default) stands for. Unknown parameter names are refused. */
 sj_status gen_canonical_config(gen_state *g, const char *template_name, const sj_problem *p,

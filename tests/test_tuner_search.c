@@ -279,7 +279,7 @@ static void test_random_measures_the_default_first(void **state)
     assert_int_equal(drive(&s, 4, 0, plain, 64), 24);
     search_free(&s);
 
-    o.first = "BM=128,BN=128,BK=32,WM=64,WN=32,STAGES=3";   /* any order of the names */
+    o.first[0] = "BM=128,BN=128,BK=32,WM=64,WN=32,STAGES=3";   /* any order of the names */
     SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
     search_step step;
     search_candidate c;
@@ -296,12 +296,41 @@ static void test_random_measures_the_default_first(void **state)
                               "BM=128,BN=128,BK=32,WM=64,WN=32",           /* STAGES missing */
                               "not a config" };
     for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) {
-        o.first = ignored[i];
+        o.first[0] = ignored[i];
         SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
         assert_int_equal(drive(&s, 4, 0, order, 64), 24);
         for (int j = 0; j < 24; j++) assert_true(order[j] == plain[j]);
         search_free(&s);
     }
+}
+
+/* Several configs measured first, in the order given (the default, then each variant's own):
+ * repeats, NULLs and configs outside the space or invalid are skipped, and the sampling goes on
+ * from there within the same budget. */
+static void test_random_measures_every_variant_first(void **state)
+{
+    gen_space sp;
+    gemm_like_space(&sp);
+    search s;
+    search_options o = { .strategy = SJ_TUNE_RANDOM, .budget_trials = 24, .seed = 9 };
+    o.first[0] = "BM=128,BN=128,BK=32,WM=64,WN=32,STAGES=3";
+    o.first[1] = "BM=32,BN=128,BK=32,WM=64,WN=32,STAGES=3";     /* WM > BM: invalid, skipped */
+    o.first[2] = "STAGES=3,WN=32,WM=64,BK=32,BN=128,BM=128";     /* the first again: skipped */
+    o.first[4] = "BM=64,BN=64,BK=32,WM=32,WN=32,STAGES=2";       /* after a NULL */
+    SJ_ASSERT_OK(search_init(&s, &sp, gemm_like_valid, NULL, &o));
+    const char *expect[] = { "BK=32,BM=128,BN=128,STAGES=3,WM=64,WN=32", "BK=32,BM=64,BN=64,STAGES=2,WM=32,WN=32" };
+    for (int i = 0; i < 2; i++) {
+        search_step step;
+        search_candidate c;
+        SJ_ASSERT_OK(search_next(&s, 0, &step, &c));
+        assert_int_equal(step, SEARCH_CANDIDATE);
+        assert_string_equal(c.config, expect[i]);
+        SJ_ASSERT_OK(search_report(&s, c.id, gemm_like_cost(c.config)));
+    }
+    uint64_t order[64];
+    assert_int_equal(drive(&s, 4, 0, order, 64), 22);
+    assert_unique_and_valid(&s);
+    search_free(&s);
 }
 
 static void test_seconds_budget_stops_issuing(void **state)
@@ -888,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_values_give_no_duplicate_candidates),
         cmocka_unit_test(test_random_respects_trial_budget_and_default),
         cmocka_unit_test(test_random_measures_the_default_first),
+        cmocka_unit_test(test_random_measures_every_variant_first),
         cmocka_unit_test(test_seconds_budget_stops_issuing),
         cmocka_unit_test(test_random_is_deterministic_for_a_seed),
         cmocka_unit_test(test_model_stage_waits_for_results),

@@ -489,6 +489,53 @@ static void test_default_follows_sparsity(void **state)
     sj_generated_free(g);
 }
 
+/* Each algorithm's own best config (gen_variant_configs), which the tuner measures first whatever
+ * the sparsity: the token blocks, the tensor-core pairs kernel where the target has TMA, the
+ * CUDA-core pairs kernel; every one valid, and the default one of them. A template without
+ * variants() has one variant, its default. */
+static void test_variants_seed_every_algorithm(void **state)
+{
+    (void)state;
+    const double sparsities[] = { 0, 0.9, 0.99, 0.995, 0.999 };
+    sj_context *ctxs[] = { ctx90, ctx80 };
+    for (int a = 0; a < 2; a++) {
+        gen_state *gs;
+        SJ_ASSERT_OK(rt_generator(ctxs[a], &gs));
+        for (size_t i = 0; i < sizeof sparsities / sizeof *sparsities; i++) {
+            sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 8192, 2048, 5632, 128, 16);
+            p.twell_sparsity = sparsities[i];
+            char cfg[GEN_MAX_VARIANTS][256];
+            int n = 0;
+            SJ_ASSERT_OK(gen_variant_configs(gs, "twell_ffn", &p, cfg, GEN_MAX_VARIANTS, &n));
+            const int expect[] = { 0, 2, 1 }, *e = a == 0 ? expect : (const int[]){ 0, 1 };
+            assert_int_equal(n, a == 0 ? 3 : 2);
+            sj_generated *g = NULL;
+            SJ_ASSERT_OK(sj_generate(ctxs[a], &p, NULL, &g));
+            int has_default = 0;
+            for (int v = 0; v < n; v++) {
+                assert_int_equal(tu_config_value(cfg[v], "ALGO"), e[v]);
+                int valid = 0;
+                char why[256];
+                SJ_ASSERT_OK(gen_config_valid(gs, "twell_ffn", &p, cfg[v], &valid, why, sizeof why));
+                if (!valid) fail_msg("variant %s is invalid at sparsity %g: %s", cfg[v], sparsities[i], why);
+                has_default |= !strcmp(cfg[v], g->config);
+            }
+            if (!has_default) fail_msg("the default %s is none of the variants at sparsity %g", g->config, sparsities[i]);
+            sj_generated_free(g);
+        }
+    }
+    gen_state *gs;
+    SJ_ASSERT_OK(rt_generator(ctx90, &gs));
+    sj_problem gemm;
+    sj_problem_init(&gemm, SJ_OP_GEMM, SJ_DTYPE_F16, 512, 512, 512);
+    char cfg[GEN_MAX_VARIANTS][256], dflt[256];
+    int n = 0;
+    SJ_ASSERT_OK(gen_variant_configs(gs, "gemm_dense", &gemm, cfg, GEN_MAX_VARIANTS, &n));
+    SJ_ASSERT_OK(gen_default_config(gs, "gemm_dense", &gemm, dflt, sizeof dflt));
+    assert_int_equal(n, 1);
+    assert_string_equal(cfg[0], dflt);
+}
+
 /* The cache key carries the sparsity, so a winner tuned at one is never served at another, and
  * an unspecified one keeps the key text that entries tuned before the field existed have. */
 static void test_cache_key_carries_sparsity(void **state)
@@ -970,6 +1017,7 @@ int main(void)
         cmocka_unit_test(test_gate_grid_on_known_sms),
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_default_follows_sparsity),
+        cmocka_unit_test(test_variants_seed_every_algorithm),
         cmocka_unit_test(test_cache_key_carries_sparsity),
         cmocka_unit_test(test_unit_rates),
         cmocka_unit_test(test_api_checks),

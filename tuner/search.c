@@ -236,8 +236,9 @@ sj_status search_init(search *s, const gen_space *space, search_valid_fn valid, 
         }
         memcpy(s->shuffle, s->valid_list, sizeof *s->shuffle * (size_t)s->n_valid);
     }
-    if (opts->strategy == SJ_TUNE_RANDOM) s->has_first = config_index(s, opts->first, &s->first_index);
-    s->opts.first = NULL; /* the caller's string need not outlive this call */
+    for (int i = 0; opts->strategy == SJ_TUNE_RANDOM && i < SEARCH_MAX_FIRST; i++)
+        if (config_index(s, opts->first[i], &s->first_index[s->n_first])) s->n_first++;
+    memset(s->opts.first, 0, sizeof s->opts.first); /* the caller's strings need not outlive this call */
     return SJ_OK;
 }
 
@@ -291,17 +292,17 @@ static sj_status next_in_order(search *s, int *found, uint64_t *index)
     return SJ_OK;
 }
 
-/* opts.first once, then a seeded uniform draw among the unvisited valid configs. */
+/* opts.first in order, then a seeded uniform draw among the unvisited valid configs. */
 static sj_status next_random(search *s, int *found, uint64_t *index)
 {
     *found = 0;
-    if (s->has_first) {
-        s->has_first = 0;
+    while (s->first_pos < s->n_first) {
+        uint64_t i = s->first_index[s->first_pos++];
         int ok = 0;
-        sj_status st = index_valid(s, s->first_index, &ok);
+        sj_status st = index_valid(s, i, &ok);
         if (st != SJ_OK) return st;
-        if (ok && !set_has(s, s->first_index)) {
-            *index = s->first_index;
+        if (ok && !set_has(s, i)) {
+            *index = i;
             *found = 1;
             return SJ_OK;
         }

@@ -590,8 +590,12 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
     if ((st = gen_space_of(t->gen, t->tname, p, &space)) != SJ_OK) goto done;
     char dflt[256];
     if ((st = gen_default_config(t->gen, t->tname, p, dflt, sizeof dflt)) != SJ_OK) goto done;
+    char variants[GEN_MAX_VARIANTS][256];
+    int n_variants = 0;
+    if ((st = gen_variant_configs(t->gen, t->tname, p, variants, GEN_MAX_VARIANTS, &n_variants)) != SJ_OK) goto done;
     search_options so = { .strategy = t->opts.strategy, .budget_trials = t->opts.budget_trials,
-                          .budget_seconds = t->opts.budget_seconds, .seed = t->opts.seed, .first = dflt };
+                          .budget_seconds = t->opts.budget_seconds, .seed = t->opts.seed, .first = { dflt } };
+    for (int i = 0; i < n_variants && i + 1 < SEARCH_MAX_FIRST; i++) so.first[i + 1] = variants[i];
     if ((st = search_init(&t->s, &space, valid_cb, t, &so)) != SJ_OK) goto done;
     search_up = 1;
     res->space_size = t->s.n_valid;

@@ -15,15 +15,18 @@
 /* Answers whether cfg (text: its canonical form) is valid for the problem being tuned. */
 typedef sj_status (*search_valid_fn)(void *user, const gen_config *cfg, const char *text, int *valid);
 
+#define SEARCH_MAX_FIRST 8
+
 typedef struct search_options {
     sj_tune_strategy strategy;
     int budget_trials;       /* 0: all (exhaustive) or the default share of the space (random) */
     double budget_seconds;   /* 0: no limit */
     uint64_t seed;
-    /* random strategy: a config measured first (the template's default, so a budgeted winner
-     * is never slower than what an untuned call gets); NULL, or a config outside the space or
-     * invalid for the problem: none */
-    const char *first;
+    /* random strategy: configs measured first, in this order (the template's default, so a
+     * budgeted winner is never slower than what an untuned call gets, then each variant's own
+     * default, so every variant is seen at its best); NULL entries, configs outside the space
+     * or invalid for the problem, and repeats are skipped */
+    const char *first[SEARCH_MAX_FIRST];
 } search_options;
 
 /* One config the search wants measured. */
@@ -63,8 +66,8 @@ typedef struct search {
     uint64_t rng;
     int random_drawn;        /* positions of valid_list already used by the sampling shuffle */
     uint64_t *shuffle;       /* random strategy over valid_list: the seeded permutation */
-    int has_first;           /* random strategy: opts.first is in the space, at first_index */
-    uint64_t first_index;
+    uint64_t first_index[SEARCH_MAX_FIRST]; /* random strategy: opts.first found in the space */
+    int n_first, first_pos;  /* ... how many, and how many were issued or skipped */
     search_entry *entries;   /* in issue order */
     int n_entries, cap_entries;
     int pending;             /* issued, not yet reported */
