@@ -133,24 +133,16 @@ seeds=5; [ $quick -eq 1 ] && seeds=3
 bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
 
-# The bench rows as a Markdown table for bench/RESULTS.md.
-{
-  echo "GPU: $("$cli" info --json | sed -n 's/.*"name":"\([^"]*\)".*/\1/p'), $(date -u +%Y-%m-%d); speedup = cuBLAS dense / sparsejit, same process, interleaved."
-  echo
-  echo "| op | dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup | checked (rel err) |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
-  python3 -c 'import csv, sys
-for r in csv.DictReader(open(sys.argv[1])):
-    f = lambda k: float(r[k])
-    chk = "%.1e" % f("check_rel_err") if f("check_rel_err") >= 0 else "-"
-    print("| %s | %s | %sx%sx%s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | %.2fx | %s |" % (r["op"], r["dtype"], r["m"], r["n"], r["k"],
-          r["sparsity"] or "dense", r["config"], r["origin"], f("median_us"), f("p20_us"), f("p80_us"), f("tflops"), f("cublas_us"), f("speedup"), chk))' "$csv"
-} >"$out/RESULTS.fragment.md"
+# The bench rows as bench/RESULTS.md's tables, one per op (bench/results_md.py). The commit: git's, or
+# $SPARSEJIT_COMMIT where the tree came without its .git (a device machine's copy).
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "${SPARSEJIT_COMMIT:-unknown}")
+gpu=$("$cli" info --json | sed -n 's/.*"name":"\([^"]*\)".*/\1/p')
+python3 "$root/bench/results_md.py" "$csv" --gpu "$gpu" --commit "$commit" >"$out/RESULTS.fragment.md"
 
 echo
 echo "== tests"; cat "$summary"
 echo "== tuning"; cat "$out/tune.txt"
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
-sed -n '3,$p' "$out/RESULTS.fragment.md"
+cat "$out/RESULTS.fragment.md"
 rm -rf "$work"
 exit $failed
