@@ -63,6 +63,10 @@ typedef enum sj_tune_policy {
     SJ_TUNE_PINNED = 2    /* always the template's default config: identical kernels everywhere */
 } sj_tune_policy;
 
+/* Receives diagnostics that are not errors (a cache that could not store a kernel, a corrupt
+ * cache moved aside): one sentence, no trailing newline, valid only during the call. */
+typedef void (*sj_log_fn)(void *user, const char *message);
+
 typedef struct sj_context_options {
     const char *cache_path;    /* NULL: $SPARSEJIT_CACHE, else $XDG_CACHE_HOME/sparsejit/kernels.db,
                                   else ~/.cache/sparsejit/kernels.db; "" disables the cache */
@@ -71,6 +75,9 @@ typedef struct sj_context_options {
     int device_ordinal;        /* which GPU (default 0) */
     int require_gpu;           /* nonzero: fail with SJ_ERR_NO_GPU instead of a compile-only context */
     sj_tune_policy tune_policy;
+    sj_log_fn log;             /* diagnostics that are not errors (a cache that could not store a
+                                  kernel, a corrupt cache moved aside); NULL: dropped */
+    void *log_user;            /* passed to log */
 } sj_context_options;
 
 void sj_context_options_init(sj_context_options *opts);
