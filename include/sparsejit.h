@@ -12,13 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparsejit_version.h" /* SJ_VERSION_MAJOR/MINOR/PATCH, SJ_VERSION_STRING */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SJ_VERSION_MAJOR 0
-#define SJ_VERSION_MINOR 1
-#define SJ_VERSION_PATCH 0
 
 typedef enum sj_status {
     SJ_OK = 0,
@@ -39,7 +37,7 @@ typedef enum sj_status {
 /* Thread-local description of the last failure on this thread ("" when none). */
 const char *sj_last_error(void);
 const char *sj_status_name(sj_status status);
-const char *sj_version_string(void);
+const char *sj_version_string(void); /* SJ_VERSION_STRING of the library as built: "major.minor.patch" */
 
 typedef enum sj_dtype {
     SJ_DTYPE_F16 = 1,
