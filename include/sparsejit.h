@@ -220,7 +220,6 @@ sj_status sj_gemm(sj_context *ctx, const sj_problem *problem, sj_devptr A, sj_de
                   sj_devptr C, void *stream);
 
 /* ---------------------------------------------------------------- V:N:M (VENOM) sparse weights */
-/* @@VNM_API@@ */
 /* A V:N:M matrix A (rows x cols, the K of the SpMM) is cut into blocks of V rows by M columns.
  * Every block keeps the same 4 of its M columns, and inside those 4 each row keeps 2 (2:4), so
  * a block runs on sparse tensor cores; density 2/M (2:4 itself is V:2:4). Supported: V in
@@ -305,7 +304,6 @@ sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_d
                       sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
 
 /* ---------------------------------------------------------------- TwELL activations and FFN */
-/* @@TWELL_API@@ */
 /* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff
  * (the ReLU gate of an FFN block). The columns are cut into tiles of T; per row and tile up to
  * C non-zeros are kept with their local column, plus the tile's true non-zero count:
@@ -414,7 +412,6 @@ sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                        void *stream);
 
 /* ---------------------------------------------------------------- tuner */
-/* @@TUNER_API@@ */
 
 /* Search strategies. EXHAUSTIVE measures every valid config of the template's space; RANDOM
  * measures a seeded random sample, then batches picked by a model fitted to the measurements so
