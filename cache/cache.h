@@ -61,8 +61,9 @@ typedef struct cache_winner {
 sj_status cache_default_path(char *buf, size_t len);
 
 /* path "" or NULL is refused; parent directories are created. A file that is not a valid
- * sparsejit database (or fails integrity) is moved aside to path + ".corrupt" and recreated. */
-sj_status cache_open(const char *path, cache_db **out);
+ * sparsejit database (or fails integrity) is moved aside to path + ".corrupt" and recreated,
+ * and log (may be NULL) is told so: the cache sits below the context and has no other way up. */
+sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out);
 void cache_close(cache_db *db);
 
 /* Canonical text of a key, for display and hashing ("gpu=...;arch=...;..."). */

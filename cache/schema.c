@@ -323,7 +323,7 @@ sj_status cachei_migrate(sqlite3 *db, const char *path)
 }
 
 /* Renames a corrupt cache (and its WAL) to path.corrupt, dropping its shared-memory file. */
-static sj_status move_aside(const char *path, const char *why)
+static sj_status move_aside(const char *path, const char *why, sj_log_fn log, void *log_user)
 {
     char dst[1100], wal[1100], dst_wal[1100], shm[1100];
     snprintf(dst, sizeof dst, "%s.corrupt", path);
@@ -338,8 +338,12 @@ static sj_status move_aside(const char *path, const char *why)
     if (unlink(shm) != 0 && errno != ENOENT)
         return error_set(SJ_ERR_IO, "cache: cannot remove %s: %s", shm, strerror(errno));
     /* The caller cannot tell a recreated cache from a new one, so say it once here. */
-    fprintf(stderr, "sparsejit: cache %s was not a valid database (%s); moved it aside to %s "
-            "and started a new one\n", path, why, dst);
+    if (log) {
+        char msg[4096];
+        snprintf(msg, sizeof msg, "cache %s was not a valid database (%s); moved it aside to %s "
+                 "and started a new one", path, why, dst);
+        log(log_user, msg);
+    }
     return SJ_OK;
 }
 
@@ -351,7 +355,7 @@ static int same_file(const struct stat *a, int a_ok, const char *path)
     return a->st_dev == b.st_dev && a->st_ino == b.st_ino;
 }
 
-sj_status cache_open(const char *path, cache_db **out)
+sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out)
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: out is NULL");
     *out = NULL;
@@ -392,7 +396,7 @@ sj_status cache_open(const char *path, cache_db **out)
             if (attempt >= 2)
                 st = error_set(SJ_ERR_CACHE, "cache %s is still corrupt after recreating it (%s)", path, why);
             else if (same_file(&before, before_ok, path))
-                st = move_aside(path, why);
+                st = move_aside(path, why, log, log_user);
             continue;
         }
         break;

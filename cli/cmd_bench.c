@@ -3,6 +3,7 @@
  * clock drift under load hits both alike; prints a row (table, CSV or JSON). */
 #include "tuner/harness.h"
 #include "cli/cli_problem.h"
+#include "cli/cli_context.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/op.h"
@@ -84,7 +85,7 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     sj_context_options o;
-    sj_context_options_init(&o);
+    cli_context_options_init(&o);
     o.require_gpu = 1;
     sj_context *ctx;
     if (sj_context_create(&o, &ctx) != SJ_OK) {

@@ -1,6 +1,7 @@
 /* cmd_cache.c: `sparsejit cache list|show|export|import|clear|vacuum`: looking at and moving the
  * SQLite kernel cache (cache/cache.h). Opens the default cache (cache_default_path) or --db. */
 #include "cli/commands.h"
+#include "cli/cli_context.h"
 
 #include <errno.h>
 #include <math.h>
@@ -442,7 +443,7 @@ static int cmd_import(cache_db *db, const cache_opts *o)
     if (!o->arch || !o->driver || !o->nvrtc) {
         /* entries are only good for the device they were tuned on: ask the GPU what it is */
         sj_context_options co;
-        sj_context_options_init(&co);
+        cli_context_options_init(&co);
         co.cache_path = "";
         co.require_gpu = 1;
         sj_context *ctx = NULL;
@@ -508,7 +509,7 @@ int cmd_cache(int argc, char **argv)
         return 2;
     }
     cache_db *db = NULL;
-    if (cache_open(path, &db) != SJ_OK) return fail();
+    if (cache_open(path, cli_warning, NULL, &db) != SJ_OK) return fail();
     if (!strcmp(cmd, "list")) rc = cmd_list(db, path, &o);
     else if (!strcmp(cmd, "show")) rc = cmd_show(db, path, &o);
     else if (!strcmp(cmd, "export")) rc = cmd_export(db, &o);

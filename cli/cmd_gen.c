@@ -1,6 +1,7 @@
 /* cmd_gen.c: `sparsejit gen`: prints the CUDA source (and launch geometry) a template produces,
  * optionally compiling it to a cubin file for inspection with cuobjdump. */
 #include "cli/cli_problem.h"
+#include "cli/cli_context.h"
 #include "cli/commands.h"
 
 #include <stdio.h>
@@ -35,7 +36,7 @@ int cmd_gen(int argc, char **argv)
     }
     if (!cli_problem_finish(&p)) return 2;
     sj_context_options o;
-    sj_context_options_init(&o);
+    cli_context_options_init(&o);
     o.arch = arch;
     o.cache_path = "";
     sj_context *ctx;

@@ -1,6 +1,7 @@
 /* cmd_info.c: `sparsejit info`: the GPU, arch, SMs, driver, NVRTC and cache path, or why there
  * is no GPU (the library still generates and compiles kernels then). */
 #include "cli/commands.h"
+#include "cli/cli_context.h"
 #include "sparsejit.h"
 
 #include <stdio.h>
@@ -22,8 +23,10 @@ int cmd_info(int argc, char **argv)
             return 2;
         }
     }
+    sj_context_options o;
+    cli_context_options_init(&o);
     sj_context *ctx;
-    if (sj_context_create(NULL, &ctx) != SJ_OK) {
+    if (sj_context_create(&o, &ctx) != SJ_OK) {
         fprintf(stderr, "sparsejit info: %s\n", sj_last_error());
         return 1;
     }

@@ -2,6 +2,7 @@
  * (candidates done, best so far, time left; plain lines when stderr is not a terminal), then a
  * table of the fastest trials and the winner, or one JSON object with --json. */
 #include "cli/cli_problem.h"
+#include "cli/cli_context.h"
 #include "cli/commands.h"
 #include "sparsejit.h"
 
@@ -258,7 +259,7 @@ int cmd_tune(int argc, char **argv)
     if (!cli_problem_finish(&p)) return 2;
 
     sj_context_options co;
-    sj_context_options_init(&co);
+    cli_context_options_init(&co);
     co.require_gpu = 1;
     co.cache_path = cache;
     sj_context *ctx;

@@ -5,6 +5,7 @@
 #include "core/op.h"
 #include "tuner/harness.h"
 #include "cli/cli_problem.h"
+#include "cli/cli_context.h"
 #include "ops/twell/twell.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
@@ -52,7 +53,7 @@ static sj_context *context(lua_State *L, const char *fn)
     lua_ctx *c = state_of(L);
     if (!c->ctx) {
         sj_context_options o;
-        sj_context_options_init(&o);
+        cli_context_options_init(&o);
         if (c->cache_set) o.cache_path = c->cache;
         if (c->template_dir[0]) o.template_dir = c->template_dir;
         if (sj_context_create(&o, &c->ctx) != SJ_OK) raise(L, fn);

@@ -52,4 +52,5 @@ const char *sj_status_name(sj_status s)
     return "unknown status";
 }
 
-const char *sj_version_string(void) { return "0.1.0"; }
+/* The number the library was built with, which may differ from the header a program includes. */
+const char *sj_version_string(void) { return SJ_VERSION_STRING; }

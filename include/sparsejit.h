@@ -12,13 +12,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparsejit_version.h" /* SJ_VERSION_MAJOR/MINOR/PATCH, SJ_VERSION_STRING */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define SJ_VERSION_MAJOR 0
-#define SJ_VERSION_MINOR 1
-#define SJ_VERSION_PATCH 0
+/* The library is built with hidden symbol visibility, so that only what this header declares is
+ * exported from libsparsejit.so; SJ_API marks those functions. */
+#if defined(__GNUC__) || defined(__clang__)
+#define SJ_API __attribute__((visibility("default")))
+#else
+#define SJ_API
+#endif
 
 typedef enum sj_status {
     SJ_OK = 0,
@@ -37,9 +43,10 @@ typedef enum sj_status {
 } sj_status;
 
 /* Thread-local description of the last failure on this thread ("" when none). */
-const char *sj_last_error(void);
-const char *sj_status_name(sj_status status);
-const char *sj_version_string(void);
+SJ_API const char *sj_last_error(void);
+SJ_API const char *sj_status_name(sj_status status);
+/* SJ_VERSION_STRING of the library as built: "major.minor.patch". */
+SJ_API const char *sj_version_string(void);
 
 typedef enum sj_dtype {
     SJ_DTYPE_F16 = 1,
@@ -47,9 +54,9 @@ typedef enum sj_dtype {
     SJ_DTYPE_F32 = 3
 } sj_dtype;
 
-const char *sj_dtype_name(sj_dtype dtype); /* "f16", "bf16", "f32"; NULL if unknown */
-sj_status sj_dtype_parse(const char *name, sj_dtype *out);
-size_t sj_dtype_size(sj_dtype dtype);      /* bytes per element; 0 if unknown */
+SJ_API const char *sj_dtype_name(sj_dtype dtype); /* "f16", "bf16", "f32"; NULL if unknown */
+SJ_API sj_status sj_dtype_parse(const char *name, sj_dtype *out);
+SJ_API size_t sj_dtype_size(sj_dtype dtype);      /* bytes per element; 0 if unknown */
 
 typedef uint64_t sj_devptr;
 
@@ -63,6 +70,10 @@ typedef enum sj_tune_policy {
     SJ_TUNE_PINNED = 2    /* always the template's default config: identical kernels everywhere */
 } sj_tune_policy;
 
+/* Receives diagnostics that are not errors (a cache that could not store a kernel, a corrupt
+ * cache moved aside): one sentence, no trailing newline, valid only during the call. */
+typedef void (*sj_log_fn)(void *user, const char *message);
+
 typedef struct sj_context_options {
     const char *cache_path;    /* NULL: $SPARSEJIT_CACHE, else $XDG_CACHE_HOME/sparsejit/kernels.db,
                                   else ~/.cache/sparsejit/kernels.db; "" disables the cache */
@@ -71,14 +82,17 @@ typedef struct sj_context_options {
     int device_ordinal;        /* which GPU (default 0) */
     int require_gpu;           /* nonzero: fail with SJ_ERR_NO_GPU instead of a compile-only context */
     sj_tune_policy tune_policy;
+    sj_log_fn log;             /* diagnostics that are not errors (a cache that could not store a
+                                  kernel, a corrupt cache moved aside); NULL: dropped */
+    void *log_user;            /* passed to log */
 } sj_context_options;
 
-void sj_context_options_init(sj_context_options *opts);
+SJ_API void sj_context_options_init(sj_context_options *opts);
 
 /* Creates a context. Without a GPU (and require_gpu == 0) the context can still generate and
  * compile kernels for opts->arch (default "sm_90a"); launches then fail with SJ_ERR_NO_GPU. */
-sj_status sj_context_create(const sj_context_options *opts, sj_context **out);
-sj_status sj_context_destroy(sj_context *ctx);
+SJ_API sj_status sj_context_create(const sj_context_options *opts, sj_context **out);
+SJ_API sj_status sj_context_destroy(sj_context *ctx);
 
 typedef struct sj_device_info {
     int has_gpu;
@@ -95,7 +109,7 @@ typedef struct sj_device_info {
     char cache_path[1024];   /* "" when the cache is disabled */
 } sj_device_info;
 
-sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out);
+SJ_API sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out);
 
 /* Counters, for tests and for showing where time went. */
 typedef struct sj_stats {
@@ -109,15 +123,15 @@ typedef struct sj_stats {
     double lua_seconds;
 } sj_stats;
 
-sj_status sj_get_stats(sj_context *ctx, sj_stats *out);
+SJ_API sj_status sj_get_stats(sj_context *ctx, sj_stats *out);
 
 /* Device memory, so callers need no CUDA runtime. */
-sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out);
-sj_status sj_free(sj_context *ctx, sj_devptr ptr);
-sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t bytes);
-sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes);
-sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size_t bytes);
-sj_status sj_synchronize(sj_context *ctx);
+SJ_API sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out);
+SJ_API sj_status sj_free(sj_context *ctx, sj_devptr ptr);
+SJ_API sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t bytes);
+SJ_API sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes);
+SJ_API sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size_t bytes);
+SJ_API sj_status sj_synchronize(sj_context *ctx);
 
 /* ---------------------------------------------------------------- problems and kernels */
 
@@ -129,8 +143,9 @@ typedef enum sj_op {
     SJ_OP_VNM_COMPRESS = 5 /* dense A (m x k) -> V:N:M compressed, on the device */
 } sj_op;
 
-const char *sj_op_name(sj_op op); /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress" */
-sj_status sj_op_parse(const char *name, sj_op *out);
+/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress" */
+SJ_API const char *sj_op_name(sj_op op);
+SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
 /* One kernel request: everything that selects a kernel except its tuning config. */
 typedef struct sj_problem {
@@ -158,10 +173,10 @@ typedef struct sj_problem {
 
 #define SJ_TWELL_MAX_SKEW 4.0
 
-void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
-sj_status sj_problem_validate(const sj_problem *p);
+SJ_API void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
+SJ_API sj_status sj_problem_validate(const sj_problem *p);
 /* Writes a one-line description, e.g. "gemm f16->f16 4096x4096x4096". */
-sj_status sj_problem_describe(const sj_problem *p, char *buf, size_t len);
+SJ_API sj_status sj_problem_describe(const sj_problem *p, char *buf, size_t len);
 
 /* Source of one kernel, as a template produced it. Free with sj_generated_free. */
 typedef struct sj_generated {
@@ -174,13 +189,13 @@ typedef struct sj_generated {
 } sj_generated;
 
 /* Runs the op's template for problem and config ("" or NULL: the template's default). */
-sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config,
-                      sj_generated **out);
-void sj_generated_free(sj_generated *g);
+SJ_API sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config,
+                             sj_generated **out);
+SJ_API void sj_generated_free(sj_generated *g);
 
 /* Compiles generated source with NVRTC for the context's arch; returns the cubin (free()). */
-sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size,
-                     char **log);
+SJ_API sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size,
+                            char **log);
 
 /* Which path gave the kernel used by the last op call on this context. */
 typedef enum sj_kernel_source {
@@ -202,20 +217,19 @@ typedef struct sj_kernel_info {
     char template_name[64];
 } sj_kernel_info;
 
-sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out);
+SJ_API sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out);
 
 /* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. */
-sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config);
+SJ_API sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config);
 
 /* ---------------------------------------------------------------- dense GEMM */
 
 /* C[m x n] = A[m x k] . B[k x n], row-major, fp32 accumulation. A, B: problem->dtype;
  * C: problem->out_dtype. Pointers must be 16-byte aligned. stream: a CUstream or NULL. */
-sj_status sj_gemm(sj_context *ctx, const sj_problem *problem, sj_devptr A, sj_devptr B,
-                  sj_devptr C, void *stream);
+SJ_API sj_status sj_gemm(sj_context *ctx, const sj_problem *problem, sj_devptr A, sj_devptr B,
+                         sj_devptr C, void *stream);
 
 /* ---------------------------------------------------------------- V:N:M (VENOM) sparse weights */
-/* @@VNM_API@@ */
 /* A V:N:M matrix A (rows x cols, the K of the SpMM) is cut into blocks of V rows by M columns.
  * Every block keeps the same 4 of its M columns, and inside those 4 each row keeps 2 (2:4), so
  * a block runs on sparse tensor cores; density 2/M (2:4 itself is V:2:4). Supported: V in
@@ -246,8 +260,8 @@ typedef struct sj_vnm_layout {
 } sj_vnm_layout;
 
 /* Fills layout for a rows x cols matrix; SJ_ERR_INVALID_ARGUMENT naming the bad parameter. */
-sj_status sj_vnm_layout_init(sj_vnm_layout *layout, sj_dtype dtype, int v, int n, int m,
-                             int64_t rows, int64_t cols);
+SJ_API sj_status sj_vnm_layout_init(sj_vnm_layout *layout, sj_dtype dtype, int v, int n, int m,
+                                    int64_t rows, int64_t cols);
 
 /* A compressed matrix in host memory. */
 typedef struct sj_vnm_host {
@@ -260,14 +274,14 @@ typedef struct sj_vnm_host {
 /* Compresses the dense row-major A (layout->dtype, lda >= cols elements per row) into out,
  * which it allocates (free with sj_vnm_host_free). SJ_VNM_EXACT fails with SJ_ERR_PATTERN and
  * a message that names the first offending block or row when A is not V:N:M. */
-sj_status sj_vnm_compress(const sj_vnm_layout *layout, const void *A, int64_t lda,
-                          sj_vnm_select select, sj_vnm_host *out);
+SJ_API sj_status sj_vnm_compress(const sj_vnm_layout *layout, const void *A, int64_t lda,
+                                 sj_vnm_select select, sj_vnm_host *out);
 /* SJ_OK when A satisfies the layout's V:N:M pattern, SJ_ERR_PATTERN (with where) otherwise. */
-sj_status sj_vnm_check(const sj_vnm_layout *layout, const void *A, int64_t lda);
+SJ_API sj_status sj_vnm_check(const sj_vnm_layout *layout, const void *A, int64_t lda);
 /* Writes the dense rows x cols matrix (zeros where pruned). SJ_ERR_INVALID_ARGUMENT when the
  * compressed data is inconsistent (unsorted indices, bad metadata, values in padding). */
-sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda);
-void sj_vnm_host_free(sj_vnm_host *h);
+SJ_API sj_status sj_vnm_decompress(const sj_vnm_host *h, void *A, int64_t lda);
+SJ_API void sj_vnm_host_free(sj_vnm_host *h);
 
 /* A compressed matrix in device memory (same layout as the host form). */
 typedef struct sj_vnm_device {
@@ -276,31 +290,30 @@ typedef struct sj_vnm_device {
 } sj_vnm_device;
 
 /* Allocates out and copies h into it. */
-sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out);
+SJ_API sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out);
 /* Allocates out (host) and copies d into it. */
-sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out);
-sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d);
+SJ_API sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out);
+SJ_API sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d);
 
 /* The GPU compressor: A is dense row-major on the device (lda >= cols elements per row);
  * allocates out and fills it with exactly the bytes sj_vnm_compress would. It waits for the
  * stream (the kernel is compiled for the call), and SJ_VNM_EXACT reports a violation as
  * SJ_ERR_PATTERN naming the first offending block or row, as the host does. */
-sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *layout, sj_devptr A,
-                                 int64_t lda, sj_vnm_select select, sj_vnm_device *out,
-                                 void *stream);
+SJ_API sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *layout, sj_devptr A,
+                                        int64_t lda, sj_vnm_select select, sj_vnm_device *out,
+                                        void *stream);
 
 /* The SJ_OP_VNM_SPMM problem of C = A . B with A of layout and B cols x n. */
-sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype out_dtype,
-                         sj_problem *out);
+SJ_API sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype out_dtype,
+                                sj_problem *out);
 /* C[rows x n] = alpha * A . B + beta * C, fp32 accumulation, on sparse tensor cores. B is
  * cols x n row-major (problem->dtype), C row-major (problem->out_dtype); n must be a multiple
  * of 8, pointers 16-byte aligned. problem must match A's layout (see sj_vnm_problem).
  * beta == 0: C is not read. stream: a CUstream or NULL. */
-sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
-                      sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
+SJ_API sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
+                             sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
 
 /* ---------------------------------------------------------------- TwELL activations and FFN */
-/* @@TWELL_API@@ */
 /* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff
  * (the ReLU gate of an FFN block). The columns are cut into tiles of T; per row and tile up to
  * C non-zeros are kept with their local column, plus the tile's true non-zero count:
@@ -339,8 +352,8 @@ typedef struct sj_twell_layout {
 } sj_twell_layout;
 
 /* Fills layout; SJ_ERR_INVALID_ARGUMENT naming the bad parameter. */
-sj_status sj_twell_layout_init(sj_twell_layout *layout, sj_dtype dtype, int64_t rows, int64_t cols,
-                               int tile, int capacity);
+SJ_API sj_status sj_twell_layout_init(sj_twell_layout *layout, sj_dtype dtype, int64_t rows,
+                                      int64_t cols, int tile, int capacity);
 
 /* A TwELL matrix in host memory. */
 typedef struct sj_twell_host {
@@ -354,17 +367,17 @@ typedef struct sj_twell_host {
  * it allocates (free with sj_twell_host_free). Unused slots and the spill outside overflowing
  * tiles are zeroed, so equal inputs give equal bytes. n_overflow (may be NULL): the number of
  * tiles with more than C non-zeros. */
-sj_status sj_twell_from_dense(const sj_twell_layout *layout, const void *H, int64_t ld,
-                              sj_twell_host *out, int64_t *n_overflow);
+SJ_API sj_status sj_twell_from_dense(const sj_twell_layout *layout, const void *H, int64_t ld,
+                                     sj_twell_host *out, int64_t *n_overflow);
 /* Writes the dense rows x cols matrix (+0 where H has no non-zero). SJ_ERR_INVALID_ARGUMENT
  * naming the row and tile when the data is inconsistent (a count out of range, a column
  * outside the tile or past cols, columns not ascending, a stored zero, entries of an
  * overflowing tile that are not the first C non-zeros of its spill, a spill tile whose
  * non-zero count differs from counts). */
-sj_status sj_twell_to_dense(const sj_twell_host *h, void *H, int64_t ld);
+SJ_API sj_status sj_twell_to_dense(const sj_twell_host *h, void *H, int64_t ld);
 /* Tiles with more than C non-zeros (read from the spill). */
-int64_t sj_twell_overflow_tiles(const sj_twell_host *h);
-void sj_twell_host_free(sj_twell_host *h);
+SJ_API int64_t sj_twell_overflow_tiles(const sj_twell_host *h);
+SJ_API void sj_twell_host_free(sj_twell_host *h);
 
 /* A TwELL matrix in device memory (same layout as the host form). */
 typedef struct sj_twell_device {
@@ -373,27 +386,28 @@ typedef struct sj_twell_device {
 } sj_twell_device;
 
 /* Allocates the three device arrays of layout (contents undefined until written). */
-sj_status sj_twell_device_alloc(sj_context *ctx, const sj_twell_layout *layout, sj_twell_device *out);
+SJ_API sj_status sj_twell_device_alloc(sj_context *ctx, const sj_twell_layout *layout,
+                                       sj_twell_device *out);
 /* Allocates out and copies h into it. */
-sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_device *out);
+SJ_API sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_device *out);
 /* Allocates out (host) and copies d into it (synchronous). */
-sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_host *out);
-sj_status sj_twell_device_free(sj_context *ctx, sj_twell_device *d);
+SJ_API sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_host *out);
+SJ_API sj_status sj_twell_device_free(sj_context *ctx, sj_twell_device *d);
 
 /* The problems of the gate GEMM and of the fused FFN over a TwELL matrix of layout, with
  * twell_sparsity unspecified (0): set it to the sparsity tuned for (`sparsejit tune --sparsity`,
  * 0.99 by default there) so the op finds that winner. */
-sj_status sj_twell_gate_problem(const sj_twell_layout *layout, int64_t d_model, sj_problem *out);
-sj_status sj_twell_ffn_problem(const sj_twell_layout *layout, int64_t d_model, sj_dtype out_dtype,
-                               sj_problem *out);
+SJ_API sj_status sj_twell_gate_problem(const sj_twell_layout *layout, int64_t d_model, sj_problem *out);
+SJ_API sj_status sj_twell_ffn_problem(const sj_twell_layout *layout, int64_t d_model, sj_dtype out_dtype,
+                                      sj_problem *out);
 
 /* H = relu(X . Wg) as TwELL: X tokens x d_model, WgT d_ff x d_model (problem->dtype); H must
  * have the problem's layout (rows = m, cols = n, T, C, dtype). Every count, the first
  * min(count, C) entries of every tile and the spill of overflowing tiles are written.
  * The gate template needs T to divide its column tile (T a power of two, 8..256).
  * stream: a CUstream or NULL. */
-sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
-                        const sj_twell_device *H, void *stream);
+SJ_API sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                               const sj_twell_device *H, void *stream);
 /* Y = (H (.) (X . Wu)) . Wd for tokens = problem->m: X tokens x d_model, H TwELL tokens x
  * d_ff (the problem's layout), WuT and Wd d_ff x d_model (problem->dtype), Y tokens x d_model
  * (problem->out_dtype). Only the d_ff units that tokens activate are computed: per block of
@@ -404,12 +418,11 @@ sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X,
  * config the template picks ALGO=2 on sm_90a for a declared twell_sparsity in [0.9, 0.995)
  * when its work items fill at least half the GPU's SMs (16 warps a block, else 8), else ALGO=0.
  * stream: a CUstream or NULL. */
-sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
-                       const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
-                       void *stream);
+SJ_API sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
+                              const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
+                              void *stream);
 
 /* ---------------------------------------------------------------- tuner */
-/* @@TUNER_API@@ */
 
 /* Search strategies. EXHAUSTIVE measures every valid config of the template's space; RANDOM
  * measures a seeded random sample, then batches picked by a model fitted to the measurements so
@@ -421,8 +434,9 @@ typedef enum sj_tune_strategy {
     SJ_TUNE_RANDOM = 1
 } sj_tune_strategy;
 
-const char *sj_tune_strategy_name(sj_tune_strategy s); /* "exhaustive", "random"; NULL if unknown */
-sj_status sj_tune_strategy_parse(const char *name, sj_tune_strategy *out);
+/* "exhaustive", "random"; NULL if unknown */
+SJ_API const char *sj_tune_strategy_name(sj_tune_strategy s);
+SJ_API sj_status sj_tune_strategy_parse(const char *name, sj_tune_strategy *out);
 
 /* Handed to the progress callback after every finished candidate. */
 typedef struct sj_tune_progress {
@@ -456,7 +470,7 @@ typedef struct sj_tune_options {
     void *progress_user;
 } sj_tune_options;
 
-void sj_tune_options_init(sj_tune_options *opts);
+SJ_API void sj_tune_options_init(sj_tune_options *opts);
 
 /* One measured candidate. */
 typedef struct sj_tune_trial {
@@ -487,7 +501,7 @@ typedef struct sj_tune_result {
     int n_trials;
 } sj_tune_result;
 
-void sj_tune_result_free(sj_tune_result *result);
+SJ_API void sj_tune_result_free(sj_tune_result *result);
 
 /* Tunes the kernel of problem on the context's GPU: enumerates the template's valid configs,
  * compiles them on several threads while the GPU measures the compiled ones, rejects those that
@@ -497,8 +511,8 @@ void sj_tune_result_free(sj_tune_result *result);
  * transaction, and later op calls on any context with this cache use the winner. A context
  * without a cache stores nothing (result->saved = 0): apply the winner with sj_set_config.
  * opts NULL: defaults. SJ_ERR_VERIFY when no candidate passed. */
-sj_status sj_tune(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
-                  sj_tune_result *result);
+SJ_API sj_status sj_tune(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
+                         sj_tune_result *result);
 
 typedef struct sj_bench_result {
     double median_us, p20_us, p80_us;
@@ -515,8 +529,8 @@ typedef struct sj_bench_result {
  * opts (NULL: defaults), median and 20/80% quantiles. Inputs are random. Before it times, it
  * checks the kernel's output against the tuner's reference (result->rel_error) and returns
  * SJ_ERR_VERIFY, timing nothing, when the error exceeds the tuner's tolerance. */
-sj_status sj_bench(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
-                   sj_bench_result *result);
+SJ_API sj_status sj_bench(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
+                          sj_bench_result *result);
 
 #ifdef __cplusplus
 }

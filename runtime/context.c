@@ -6,6 +6,7 @@
 #include "runtime/runtime.h"
 #include "generator/nvrtc.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,18 @@ void sj_context_options_init(sj_context_options *o)
     if (!o) return;
     memset(o, 0, sizeof *o);
     o->tune_policy = SJ_TUNE_NEVER;
+}
+
+void rt_log(sj_context *ctx, const char *fmt, ...)
+{
+    if (!ctx->opts.log) return;
+    /* room for a cache path (1024) and a last error (2048) with a sentence around them */
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->opts.log(ctx->opts.log_user, msg);
 }
 
 /* sm_90 gets the arch-specific sm_90a (wgmma, setmaxnreg); other archs their plain name. */
@@ -126,7 +139,7 @@ sj_status rt_context_create(const sj_context_options *opts, sj_context **out)
         snprintf(ctx->cache_path, sizeof ctx->cache_path, "%s", cache);
     }
     if (ctx->cache_path[0]) {
-        st = cache_open(ctx->cache_path, &ctx->cache);
+        st = cache_open(ctx->cache_path, ctx->opts.log, ctx->opts.log_user, &ctx->cache);
         if (st != SJ_OK) {
             error_prefix(st, "opening the kernel cache %s (set SPARSEJIT_CACHE or opts.cache_path; \"\" disables it)",
                             ctx->cache_path);

@@ -122,7 +122,7 @@ static sj_status build(sj_context *ctx, const sj_problem *p, const cache_key *ke
     if (st != SJ_OK) return error_prefix(st, "compiling %s config %s", tname, ck->config);
     if (ctx->cache && cache_put_kernel(ctx->cache, key, ck) != SJ_OK) {
         /* The kernel is good; a cache that cannot store it only costs a later compile. */
-        fprintf(stderr, "sparsejit: warning: could not store kernel in %s: %s\n", ctx->cache_path, sj_last_error());
+        rt_log(ctx, "could not store kernel in %s: %s", ctx->cache_path, sj_last_error());
     }
     return SJ_OK;
 }
@@ -155,7 +155,7 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
             ctx->stats.cache_hits++;
         } else {
             if (st != SJ_ERR_NOT_FOUND)
-                fprintf(stderr, "sparsejit: warning: cache lookup failed, rebuilding: %s\n", sj_last_error());
+                rt_log(ctx, "cache lookup in %s failed, rebuilding: %s", ctx->cache_path, sj_last_error());
             if (ctx->cache) ctx->stats.cache_misses++;
             source = SJ_FROM_COMPILE;
             if ((st = build(ctx, p, &key, tname, canon, &ck)) != SJ_OK) return st;

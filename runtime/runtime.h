@@ -52,6 +52,9 @@ sj_status rt_require_gpu(sj_context *ctx, const char *what);
 sj_status rt_generator(sj_context *ctx, gen_state **out);
 /* Fills the cache key of problem for the context's device and the op's template. */
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
+/* Hands a diagnostic that is not an error to opts.log (dropped when it is NULL), so the library
+ * never writes to stderr itself. */
+void rt_log(sj_context *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Monotonic seconds. */
 double rt_seconds(void);
 /* Checks a device pointer argument: nonzero and aligned. */

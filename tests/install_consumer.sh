@@ -26,4 +26,17 @@ out=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/app/build/consumer" 2>&1) || echo 
 pc="$tmp/prefix/lib/pkgconfig/sparsejit.pc"
 [ -f "$pc" ] || { echo "FAIL: no $pc"; exit 1; }
 cc -o "$tmp/consumer_pc" "$src/examples/c_api.c" -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -lsparsejit -lm
+# one version number: the installed header, the library and the pkg-config file agree
+cat >"$tmp/version.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <sparsejit.h>
+int main(void) { puts(sj_version_string()); return strcmp(sj_version_string(), SJ_VERSION_STRING) != 0; }
+C
+cc -o "$tmp/version" "$tmp/version.c" -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -lsparsejit
+lib_version=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/version") ||
+  { echo "FAIL: sj_version_string() $lib_version differs from the installed SJ_VERSION_STRING"; exit 1; }
+pc_version=$(sed -n 's/^Version: //p' "$pc")
+[ "$lib_version" = "$pc_version" ] ||
+  { echo "FAIL: the library says version $lib_version, sparsejit.pc says $pc_version"; exit 1; }
 echo "install consumer: ok"

@@ -254,7 +254,7 @@ static void test_kernel_round_trip(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "sub/dir/kernels.db");
     cache_db *db = NULL;
-    SJ_ASSERT_OK(cache_open(path, &db)); /* creates sub/dir */
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db)); /* creates sub/dir */
     assert_int_equal(raw_int(path, "PRAGMA application_id"), 0x534A4954);
     assert_int_equal(raw_int(path, "PRAGMA user_version"), 1);
 
@@ -276,7 +276,7 @@ static void test_kernel_round_trip(void **state)
     cache_kernel again = random_kernel(ks[2].config, 1 + (size_t)(rnd() % 5000));
     SJ_ASSERT_OK(cache_put_kernel(db, &key, &again));
     cache_close(db);
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     assert_kernel_hit(db, &key, &again);
     assert_kernel_hit(db, &key, &ks[4]);
     key_count c = count_all(db);
@@ -294,7 +294,7 @@ static void test_tuning_round_trip(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     cache_key key = random_key();
     cache_winner none;
     SJ_ASSERT_STATUS(cache_get_winner(db, &key, &none), SJ_ERR_NOT_FOUND, "never tuned");
@@ -372,7 +372,7 @@ static void test_key_invalidation(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     cache_key key = random_key();
     char config[128];
     random_config(config, sizeof config);
@@ -473,7 +473,7 @@ static void test_keep_the_best(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     cache_key key = random_key();
     double base = 50.0 + (double)(rnd() % 1000);
     cache_kernel ka, kb, kt, kc, kd;
@@ -506,7 +506,7 @@ static void test_corrupt_cubin(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     cache_key key = random_key();
     cache_kernel k, other = random_kernel("CFG=other", 900);
     put_winner(db, &key, "CFG=win", 77.0, 0, &k);
@@ -561,7 +561,7 @@ static void write_random_file(const char *path, size_t size, size_t offset)
 static void assert_fresh_and_working(const char *path)
 {
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     key_count c = count_all(db);
     assert_int_equal(c.keys, 0);
     cache_key key = random_key();
@@ -593,7 +593,7 @@ static void test_damaged_pages_moved_aside(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     for (int i = 0; i < 20; i++) {
         cache_key key = random_key();
         cache_kernel k = random_kernel("CFG=x", 20000);
@@ -618,14 +618,14 @@ static void test_newer_and_foreign_refused(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     cache_key key = random_key();
     cache_kernel k = random_kernel("CFG=1", 777);
     SJ_ASSERT_OK(cache_put_kernel(db, &key, &k));
     cache_close(db);
     raw_exec(path, "PRAGMA user_version=7");
     db = (cache_db *)&db; /* poison: must come back NULL */
-    SJ_ASSERT_STATUS(cache_open(path, &db), SJ_ERR_CACHE, "newer sparsejit");
+    SJ_ASSERT_STATUS(cache_open(path, NULL, NULL, &db), SJ_ERR_CACHE, "newer sparsejit");
     assert_null(db);
     /* nothing was touched */
     assert_false(file_exists(aside));
@@ -635,7 +635,7 @@ static void test_newer_and_foreign_refused(void **state)
     /* an SQLite database of another application is not ours to move or change */
     char *foreign = path_in(dir, "other.db");
     raw_exec(foreign, "CREATE TABLE notes(x); INSERT INTO notes VALUES (42)");
-    SJ_ASSERT_STATUS(cache_open(foreign, &db), SJ_ERR_CACHE, "another application");
+    SJ_ASSERT_STATUS(cache_open(foreign, NULL, NULL, &db), SJ_ERR_CACHE, "another application");
     assert_int_equal(raw_int(foreign, "SELECT x FROM notes"), 42);
     char *foreign_aside = path_in(dir, "other.db.corrupt");
     assert_false(file_exists(foreign_aside));
@@ -704,7 +704,7 @@ static double proc_median(int c, int i, int t)
 static int child_writer(const char *path, int c)
 {
     cache_db *db;
-    sj_status st = cache_open(path, &db);
+    sj_status st = cache_open(path, NULL, NULL, &db);
     for (int i = 0; i < ITERS && st == SJ_OK; i++) {
         char config[64];
         snprintf(config, sizeof config, "CHILD=%d,I=%d", c, i);
@@ -764,7 +764,7 @@ static void test_concurrent_processes(void **state)
     }
     assert_integrity_ok(path);
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     for (int c = 0; c < PROCS; c++)
         for (int i = 0; i < ITERS; i++) {
             char config[64];
@@ -833,7 +833,7 @@ static void test_threads_share_one_db(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
     pthread_t th[4];
     thread_arg args[4];
     for (int i = 0; i < 4; i++) {
@@ -855,7 +855,7 @@ enum { BIG_TRIALS = 20000 };
 static void child_long_writer(const char *path, int ready_fd)
 {
     cache_db *db;
-    if (cache_open(path, &db) != SJ_OK) _exit(1);
+    if (cache_open(path, NULL, NULL, &db) != SJ_OK) _exit(1);
     cache_trial *trials = calloc(BIG_TRIALS, sizeof *trials);
     for (int t = 0; t < BIG_TRIALS; t++) {
         snprintf(trials[t].config, sizeof trials[t].config, "T=%d", t);
@@ -934,7 +934,7 @@ static void test_killed_writer(void **state)
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 
     cache_db *db;
-    SJ_ASSERT_OK(cache_open(path, &db)); /* recovers the WAL */
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db)); /* recovers the WAL */
     assert_integrity_ok(path);
     /* the transaction committed before the kill is whole */
     cache_key first = proc_key(1, 0, 0);
@@ -1038,7 +1038,7 @@ static void test_export_import(void **state)
     char *out = path_in(dir, "exports/h200.db"), *out90 = path_in(dir, "exports/sm90.db");
     char *outgpu = path_in(dir, "exports/h100.db");
     cache_db *db1, *db2;
-    SJ_ASSERT_OK(cache_open(p1, &db1));
+    SJ_ASSERT_OK(cache_open(p1, NULL, NULL, &db1));
     enum { E = 6 };
     entry e[E];
     make_entry(db1, &e[0], "NVIDIA H200", "sm_90a", 13000, 13000);
@@ -1077,7 +1077,7 @@ static void test_export_import(void **state)
     assert_int_equal(raw_int(outgpu, "SELECT count(*) FROM trials"), 4);
 
     /* db2 already knows e[0] with a faster winner and e[1] with a slower one */
-    SJ_ASSERT_OK(cache_open(p2, &db2));
+    SJ_ASSERT_OK(cache_open(p2, NULL, NULL, &db2));
     cache_kernel k0, k1;
     put_winner(db2, &e[0].key, "LOCAL=fast", e[0].winner.median_us * 0.5, 0, &k0);
     put_winner(db2, &e[1].key, "LOCAL=slow", e[1].winner.median_us * 2.0, 0, &k1);
@@ -1107,7 +1107,7 @@ static void test_export_import(void **state)
     /* an A100 machine takes only the A100 entry */
     char *p3 = path_in(dir, "three.db");
     cache_db *db3;
-    SJ_ASSERT_OK(cache_open(p3, &db3));
+    SJ_ASSERT_OK(cache_open(p3, NULL, NULL, &db3));
     SJ_ASSERT_OK(cache_import(db3, out, "sm_80", 13000, 13000, &imported, &refused));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 5);
@@ -1117,7 +1117,7 @@ static void test_export_import(void **state)
     raw_exec(out90, "UPDATE kernels SET cubin = zeroblob(length(cubin))");
     char *p4 = path_in(dir, "four.db");
     cache_db *db4;
-    SJ_ASSERT_OK(cache_open(p4, &db4));
+    SJ_ASSERT_OK(cache_open(p4, NULL, NULL, &db4));
     SJ_ASSERT_OK(cache_import(db4, out90, "sm_90a", 12080, 13000, &imported, &refused));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 4);
@@ -1198,11 +1198,11 @@ static void test_bad_arguments(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *other = path_in(dir, "x.db");
     cache_db *db, *none = NULL;
-    SJ_ASSERT_STATUS(cache_open(NULL, &db), SJ_ERR_INVALID_ARGUMENT, "path is NULL");
-    SJ_ASSERT_STATUS(cache_open("", &db), SJ_ERR_INVALID_ARGUMENT, "path is \"\"");
-    SJ_ASSERT_STATUS(cache_open(path, NULL), SJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    SJ_ASSERT_STATUS(cache_open(NULL, NULL, NULL, &db), SJ_ERR_INVALID_ARGUMENT, "path is NULL");
+    SJ_ASSERT_STATUS(cache_open("", NULL, NULL, &db), SJ_ERR_INVALID_ARGUMENT, "path is \"\"");
+    SJ_ASSERT_STATUS(cache_open(path, NULL, NULL, NULL), SJ_ERR_INVALID_ARGUMENT, "out is NULL");
     assert_false(file_exists(path));
-    SJ_ASSERT_OK(cache_open(path, &db));
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
 
     cache_key key = random_key();
     cache_kernel k = random_kernel("CFG=1", 64), got;

@@ -1,5 +1,5 @@
 /* test_runtime.c: the runtime on the CPU: contexts without a GPU, argument checking with clear
- * messages, the in-process kernel table, and the thread-local last error. */
+ * messages, the log callback, the in-process kernel table, and the thread-local last error. */
 #include "test_util.h"
 #include "runtime/runtime.h"
 #include "core/error.h"
@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static sj_problem gemm(int64_t m, int64_t n, int64_t k)
 {
@@ -60,6 +61,78 @@ static void test_context_bad_options(void **state)
     o.arch = NULL;
     o.cache_path = "/proc/sparsejit-no/kernels.db";
     SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_IO, "/proc/sparsejit-no/kernels.db");
+}
+
+/* A log callback that keeps every message it is handed. */
+typedef struct log_record { int count; char text[8192]; } log_record;
+
+static void record_log(void *user, const char *message)
+{
+    log_record *r = user;
+    r->count++;
+    size_t used = strlen(r->text);
+    snprintf(r->text + used, sizeof r->text - used, "%s\n", message);
+}
+
+/* A file that is not an SQLite database, where a context will look for its cache. */
+static void write_garbage(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 512; i++) fputs("not a database ", f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Diagnostics that are not errors reach opts.log (the library writes nothing to stderr); a
+ * context without a log drops them and works the same. */
+static void test_log_callback(void **state)
+{
+    const char *tmp = tu_tempdir();
+    assert_non_null(tmp);
+    char dir[256], path[512], aside[512];
+    snprintf(dir, sizeof dir, "%s", tmp);
+    snprintf(path, sizeof path, "%s/kernels.db", dir);
+    snprintf(aside, sizeof aside, "%s/kernels.db.corrupt", dir);
+
+    write_garbage(path);
+    log_record rec = { 0 };
+    sj_context_options o;
+    sj_context_options_init(&o);
+    assert_null(o.log);
+    assert_null(o.log_user);
+    o.cache_path = path;
+    o.log = record_log;
+    o.log_user = &rec;
+    sj_context *ctx = NULL;
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    assert_int_equal(rec.count, 1);
+    if (!strstr(rec.text, path) || !strstr(rec.text, "moved it aside"))
+        fail_msg("the log message '%s' does not name %s as moved aside", rec.text, path);
+    assert_true(file_exists(aside));
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+
+    /* the same without a log: the cache is still moved aside and recreated */
+    assert_int_equal(remove(aside), 0);
+    write_garbage(path);
+    o.log = NULL;
+    o.log_user = NULL;
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    sj_device_info d;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &d));
+    assert_string_equal(d.cache_path, path);
+    assert_true(file_exists(aside));
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+    assert_int_equal(rec.count, 1);
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void test_gemm_bad_arguments(void **state)
@@ -227,6 +300,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_context_without_gpu),
         cmocka_unit_test(test_context_bad_options),
+        cmocka_unit_test(test_log_callback),
         cmocka_unit_test(test_gemm_bad_arguments),
         cmocka_unit_test(test_problem_validation),
         cmocka_unit_test(test_generate_and_compile_errors),

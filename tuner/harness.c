@@ -234,7 +234,7 @@ static sj_status reference_kernel(sj_context *ctx, const sj_problem *p, loaded_k
         if (st != SJ_OK) return error_prefix(st, "compiling the reference kernel");
         /* Only saves a compile next time: a cache that cannot store it is not an error. */
         if (ctx->cache && cache_put_kernel(ctx->cache, &key, &ck) != SJ_OK)
-            fprintf(stderr, "sparsejit: warning: could not store the reference kernel: %s\n", sj_last_error());
+            rt_log(ctx, "could not store the reference kernel in %s: %s", ctx->cache_path, sj_last_error());
     }
     st = harness_load(ctx, p, ck.cubin, ck.entry, ck.config, tname, ck.grid, ck.block, ck.shared_bytes, out);
     free(ck.cubin);
