@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "core/op.h"
 #include "runtime/runtime.h"
-#include "tuner/harness.h"
 #include "tuner/tuner.h"
 
 #include <math.h>
