@@ -320,21 +320,19 @@ sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *co
     sj_status st = sj_problem_validate(problem);
     if (st != SJ_OK) return st;
     const char *tname;
-    gen_state *g;
-    if ((st = op_template(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
-    st = gen_generate(g, tname, problem, config, out);
-    if (st == SJ_OK) ctx->stats.lua_generations++;
-    return st;
+    if ((st = op_template(problem->op, &tname)) != SJ_OK) return st;
+    return rt_generate(ctx, problem, tname, config, out);
 }
 
 sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
 {
     if (!ctx || !g || !cubin || !cubin_size)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
-    double secs = 0;
-    sj_status st = nvrtc_compile(g->source, g->entry, ctx->arch, cubin, cubin_size, log, &secs);
-    ctx->stats.nvrtc_compiles++;
-    ctx->stats.nvrtc_seconds += secs;
+    cache_kernel ck;
+    sj_status st = build_compile(g, ctx->arch, &ck, log);
+    rt_count_compile(ctx, ck.compile_seconds);
+    *cubin = ck.cubin;
+    *cubin_size = ck.cubin_size;
     return st;
 }
 

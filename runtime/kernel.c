@@ -4,7 +4,6 @@
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "core/problem.h"
-#include "generator/nvrtc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +17,12 @@ double rt_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key)
+sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, const char *tname, cache_key *key)
 {
     memset(key, 0, sizeof *key);
-    const char *tname;
     gen_state *g;
     sj_status st;
-    if ((st = op_template(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((!tname && (st = op_template(p->op, &tname)) != SJ_OK) || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
     if ((st = gen_template_hash(g, tname, key->template_hash)) != SJ_OK) return st;
     snprintf(key->gpu, sizeof key->gpu, "%s", ctx->has_gpu ? ctx->info.name : "");
     snprintf(key->arch, sizeof key->arch, "%s", ctx->arch);
@@ -59,34 +57,11 @@ static sj_status remember(sj_context *ctx, loaded_kernel *k)
 static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_kernel *ck, const char *tname,
                             sj_kernel_source source, loaded_kernel **out)
 {
-    loaded_kernel *k = calloc(1, sizeof *k);
+    loaded_kernel *k = malloc(sizeof *k);
     if (!k) return error_set(SJ_ERR_OUT_OF_MEMORY, "loading kernel: out of memory");
-    op_normalize(p, &k->problem);
-    snprintf(k->config, sizeof k->config, "%s", ck->config);
-    snprintf(k->template_name, sizeof k->template_name, "%s", tname);
-    memcpy(k->grid, ck->grid, sizeof k->grid);
-    memcpy(k->block, ck->block, sizeof k->block);
-    k->shared_bytes = ck->shared_bytes;
-    k->source = source;
-    CUresult r = cu.cuModuleLoadData(&k->module, ck->cubin);
-    if (r != CUDA_SUCCESS) {
-        free(k);
-        return cuda_error(r, "cuModuleLoadData (cubin built for another arch or driver?)");
-    }
-    sj_status st = SJ_OK;
-    r = cu.cuModuleGetFunction(&k->function, k->module, ck->entry);
-    if (r != CUDA_SUCCESS) st = cuda_error(r, "cuModuleGetFunction");
-    if (st == SJ_OK && k->shared_bytes > 48 * 1024) {
-        if (k->shared_bytes > ctx->info.max_shared_per_block_optin)
-            st = error_set(SJ_ERR_UNSUPPORTED, "kernel %s needs %u bytes of shared memory; %s allows %zu", ck->entry,
-                         k->shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
-        else if ((r = cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               (int)k->shared_bytes)) != CUDA_SUCCESS)
-            st = cuda_error(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    }
-    if (st == SJ_OK) st = remember(ctx, k);
+    sj_status st = rt_module_load(ctx, p, ck, tname, source, k);
+    if (st == SJ_OK && (st = remember(ctx, k)) != SJ_OK) rt_module_unload(k);
     if (st != SJ_OK) {
-        cu.cuModuleUnload(k->module);
         free(k);
         return st;
     }
@@ -94,40 +69,8 @@ static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_ke
     return SJ_OK;
 }
 
-/* Generates and compiles (p, canonical config), storing the cubin in the cache. */
-static sj_status build(sj_context *ctx, const sj_problem *p, const cache_key *key, const char *tname,
-                       const char *config, cache_kernel *ck)
-{
-    gen_state *g;
-    sj_status st = rt_generator(ctx, &g);
-    if (st != SJ_OK) return st;
-    sj_generated *gen = NULL;
-    double t0 = rt_seconds();
-    st = gen_generate(g, tname, p, config, &gen);
-    if (st != SJ_OK) return st;
-    ctx->stats.lua_generations++;
-    ctx->stats.lua_seconds += rt_seconds() - t0;
-    memset(ck, 0, sizeof *ck);
-    snprintf(ck->config, sizeof ck->config, "%s", gen->config);
-    snprintf(ck->entry, sizeof ck->entry, "%s", gen->entry);
-    memcpy(ck->grid, gen->grid, sizeof ck->grid);
-    memcpy(ck->block, gen->block, sizeof ck->block);
-    ck->shared_bytes = gen->shared_bytes;
-    char *log = NULL;
-    st = nvrtc_compile(gen->source, gen->entry, ctx->arch, &ck->cubin, &ck->cubin_size, &log, &ck->compile_seconds);
-    ctx->stats.nvrtc_compiles++;
-    ctx->stats.nvrtc_seconds += ck->compile_seconds;
-    free(log);
-    sj_generated_free(gen);
-    if (st != SJ_OK) return error_prefix(st, "compiling %s config %s", tname, ck->config);
-    if (ctx->cache && cache_put_kernel(ctx->cache, key, ck) != SJ_OK) {
-        /* The kernel is good; a cache that cannot store it only costs a later compile. */
-        rt_log(ctx, "could not store kernel in %s: %s", ctx->cache_path, sj_last_error());
-    }
-    return SJ_OK;
-}
-
-sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *config, const loaded_kernel **out)
+sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *tname, const char *config,
+                                const loaded_kernel **out)
 {
     const char *cfg = config ? config : "";
     loaded_kernel *k = cfg[0] ? kernel_table_get(&ctx->table, p, cfg) : NULL;
@@ -138,15 +81,14 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
     }
     sj_status st = rt_require_gpu(ctx, "loading a kernel");
     if (st != SJ_OK) return st;
-    const char *tname;
     gen_state *g;
-    if ((st = op_template(p->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    if ((!tname && (st = op_template(p->op, &tname)) != SJ_OK) || (st = rt_generator(ctx, &g)) != SJ_OK) return st;
     char canon[256];
     if ((st = gen_canonical_config(g, tname, p, cfg, canon, sizeof canon)) != SJ_OK) return st;
     k = kernel_table_get(&ctx->table, p, canon);
     if (!k) {
         cache_key key;
-        if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
+        if ((st = rt_cache_key(ctx, p, tname, &key)) != SJ_OK) return st;
         cache_kernel ck;
         memset(&ck, 0, sizeof ck);
         sj_kernel_source source = SJ_FROM_CACHE;
@@ -158,7 +100,7 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
                 rt_log(ctx, "cache lookup in %s failed, rebuilding: %s", ctx->cache_path, sj_last_error());
             if (ctx->cache) ctx->stats.cache_misses++;
             source = SJ_FROM_COMPILE;
-            if ((st = build(ctx, p, &key, tname, canon, &ck)) != SJ_OK) return st;
+            if ((st = rt_build(ctx, p, &key, canon, &ck)) != SJ_OK) return st;
         }
         st = load_cubin(ctx, p, &ck, tname, source, &k);
         free(ck.cubin);
@@ -195,7 +137,7 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     const char *forced = forced_config(ctx, p);
     if (forced) {
         uint64_t hits = ctx->stats.table_hits;
-        sj_status st = rt_kernel_with_config(ctx, p, forced, out);
+        sj_status st = rt_kernel_with_config(ctx, p, NULL, forced, out);
         if (st == SJ_OK)
             note_last(ctx, *out, ctx->stats.table_hits > hits ? SJ_FROM_TABLE : (*out)->source, SJ_CONFIG_EXPLICIT);
         return st;
@@ -215,7 +157,7 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     if (ctx->opts.tune_policy != SJ_TUNE_PINNED && ctx->cache) {
         cache_key key;
         cache_winner w;
-        if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
+        if ((st = rt_cache_key(ctx, p, NULL, &key)) != SJ_OK) return st;
         st = cache_get_winner(ctx->cache, &key, &w);
         if (st == SJ_OK) {
             snprintf(config, sizeof config, "%s", w.config);
@@ -232,7 +174,7 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
         origin = SJ_CONFIG_TUNED;
     }
     const loaded_kernel *chosen;
-    if ((st = rt_kernel_with_config(ctx, p, config, &chosen)) != SJ_OK) return st;
+    if ((st = rt_kernel_with_config(ctx, p, NULL, config, &chosen)) != SJ_OK) return st;
     k = (loaded_kernel *)chosen;
     k->origin = origin;
     if ((st = kernel_table_put(&ctx->table, p, "", k)) != SJ_OK) return st;

@@ -42,16 +42,34 @@ sj_status rt_context_create(const sj_context_options *opts, sj_context **out);
 /* The loaded kernel for problem: forced config, else the tuned winner, else the default (or tune
  * on miss, per policy). Hot path: one table lookup. */
 sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kernel **out);
-/* The loaded kernel for an explicit config (tuner, bench). */
-sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *config,
+/* The loaded kernel of template tname (NULL: the op's) for an explicit config ("": the
+ * template's default), owned by the context: the tuner's reference kernels, bench, forced configs. */
+sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *tname, const char *config,
                                 const loaded_kernel **out);
 /* Launches with the kernel's geometry. args: the op's ABI (templates/README.md). */
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream);
 
 sj_status rt_require_gpu(sj_context *ctx, const char *what);
 sj_status rt_generator(sj_context *ctx, gen_state **out);
-/* Fills the cache key of problem for the context's device and the op's template. */
-sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, cache_key *key);
+/* Fills the cache key of problem for the context's device and template tname (NULL: the op's). */
+sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, const char *tname, cache_key *key);
+
+/* The one build path (build.c). Generates p's source from template tname with config, counting
+ * the Lua time in the context's stats. */
+sj_status rt_generate(sj_context *ctx, const sj_problem *p, const char *tname, const char *config, sj_generated **out);
+/* Compiles generated source for arch into out (config, entry, geometry, cubin: free() it, compile
+ * time). Touches no context, so the tuner's compile threads call it; log may be NULL. */
+sj_status build_compile(const sj_generated *g, const char *arch, cache_kernel *out, char **log);
+/* Counts one NVRTC compile of seconds in the context's stats. */
+void rt_count_compile(sj_context *ctx, double seconds);
+/* Generates and compiles key's template for p with config and stores the cubin under key (a cache
+ * that cannot store it is logged, not an error). */
+sj_status rt_build(sj_context *ctx, const sj_problem *p, const cache_key *key, const char *config, cache_kernel *out);
+/* Loads a compiled kernel into out, which the caller owns (rt_module_unload): the request path
+ * registers it with the context, the tuner loads and drops hundreds of candidates. */
+sj_status rt_module_load(sj_context *ctx, const sj_problem *p, const cache_kernel *ck, const char *tname,
+                         sj_kernel_source source, loaded_kernel *out);
+void rt_module_unload(loaded_kernel *k);
 /* Hands a diagnostic that is not an error to opts.log (dropped when it is NULL), so the library
  * never writes to stderr itself. */
 void rt_log(sj_context *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -91,19 +91,12 @@ static void test_reference_kernel_matches_fp64(void **state)
 /* gemm_dense's default kernel for problem q, loaded outside the context's table. */
 static void load_dense(sj_context *ctx, const sj_problem *q, loaded_kernel *k)
 {
-    gen_state *g;
-    SJ_ASSERT_OK(rt_generator(ctx, &g));
     sj_generated *gen = NULL;
-    SJ_ASSERT_OK(gen_generate(g, "gemm_dense", q, "", &gen));
-    void *cubin = NULL;
-    size_t size = 0;
-    char *log = NULL;
-    double secs;
-    SJ_ASSERT_OK(nvrtc_compile(gen->source, gen->entry, ctx->arch, &cubin, &size, &log, &secs));
-    SJ_ASSERT_OK(harness_load(ctx, q, cubin, gen->entry, gen->config, "gemm_dense", gen->grid, gen->block,
-                              gen->shared_bytes, k));
-    free(cubin);
-    free(log);
+    SJ_ASSERT_OK(rt_generate(ctx, q, "gemm_dense", "", &gen));
+    cache_kernel built;
+    SJ_ASSERT_OK(build_compile(gen, ctx->arch, &built, NULL));
+    SJ_ASSERT_OK(rt_module_load(ctx, q, &built, "gemm_dense", SJ_FROM_COMPILE, k));
+    free(built.cubin);
     sj_generated_free(gen);
 }
 
@@ -122,7 +115,7 @@ static void test_gate_passes_right_and_rejects_wrong_kernels(void **state)
     SJ_ASSERT_OK(harness_check(&h, &k, &err, &sticky));
     fprintf(stderr, "# right kernel: rel err %.2e\n", err);
     assert_true(err < harness_tolerance(&p));
-    harness_unload(&k);
+    rt_module_unload(&k);
     /* The shape is baked into gemm_dense: a kernel built for K/2 sums half of the products. */
     sj_problem q = p;
     q.k = 128;
@@ -130,7 +123,7 @@ static void test_gate_passes_right_and_rejects_wrong_kernels(void **state)
     SJ_ASSERT_OK(harness_check(&h, &k, &err, &sticky));
     fprintf(stderr, "# half-K kernel: rel err %.2e\n", err);
     assert_true(err > 0.3 && isfinite(err));
-    harness_unload(&k);
+    rt_module_unload(&k);
     /* One built for M/2 leaves half of C unwritten: the NaN poison shows it. */
     q = p;
     q.m = 128;
@@ -138,7 +131,7 @@ static void test_gate_passes_right_and_rejects_wrong_kernels(void **state)
     SJ_ASSERT_OK(harness_check(&h, &k, &err, &sticky));
     assert_true(isinf(err));
     assert_int_equal(sticky, 0);
-    harness_unload(&k);
+    rt_module_unload(&k);
     harness_close(&h);
 }
 

@@ -551,14 +551,14 @@ static void test_cache_key_carries_sparsity(void **state)
     const char *want[] = { "T=128,C=16,DFF=5632", "T=128,C=16,DFF=5632,S=0.99", "T=128,C=16,DFF=5632,S=0.999" };
     for (int i = 0; i < 3; i++) {
         cache_key k;
-        SJ_ASSERT_OK(rt_cache_key(ctx90, &p[i], &k));
+        SJ_ASSERT_OK(rt_cache_key(ctx90, &p[i], NULL, &k));
         assert_string_equal(k.sparsity, want[i]);
     }
     /* the input law is part of the key, and is checked */
     sj_problem q = p[1];
     q.twell_skew = 1.5;
     cache_key k;
-    SJ_ASSERT_OK(rt_cache_key(ctx90, &q, &k));
+    SJ_ASSERT_OK(rt_cache_key(ctx90, &q, NULL, &k));
     assert_string_equal(k.sparsity, "T=128,C=16,DFF=5632,S=0.99,A=1.5");
     q.twell_skew = 4.5;
     SJ_ASSERT_STATUS(sj_problem_validate(&q), SJ_ERR_INVALID_ARGUMENT, "problem.twell_skew = 4.5: expected 0");

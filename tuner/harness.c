@@ -62,47 +62,6 @@ double harness_tolerance(const sj_problem *p)
     return p->dtype == SJ_DTYPE_BF16 || p->out_dtype == SJ_DTYPE_BF16 ? 1e-2 : 5e-3;
 }
 
-/* ------------------------------------------------------------------ loading candidates */
-
-sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, const char *entry, const char *config,
-                       const char *template_name, const unsigned grid[3], const unsigned block[3],
-                       unsigned shared_bytes, loaded_kernel *out)
-{
-    memset(out, 0, sizeof *out);
-    op_normalize(p, &out->problem);
-    snprintf(out->config, sizeof out->config, "%s", config);
-    snprintf(out->template_name, sizeof out->template_name, "%s", template_name);
-    memcpy(out->grid, grid, sizeof out->grid);
-    memcpy(out->block, block, sizeof out->block);
-    out->shared_bytes = shared_bytes;
-    out->source = SJ_FROM_COMPILE;
-    out->origin = SJ_CONFIG_EXPLICIT;
-    if (shared_bytes > ctx->info.max_shared_per_block_optin)
-        return error_set(SJ_ERR_UNSUPPORTED, "config %s needs %u bytes of shared memory; %s allows %zu", config,
-                       shared_bytes, ctx->info.name, ctx->info.max_shared_per_block_optin);
-    CUresult r = cu.cuModuleLoadData(&out->module, cubin);
-    if (r != CUDA_SUCCESS) {
-        out->module = NULL;
-        return cuda_error(r, "cuModuleLoadData");
-    }
-    sj_status st = SJ_OK;
-    if ((r = cu.cuModuleGetFunction(&out->function, out->module, entry)) != CUDA_SUCCESS)
-        st = cuda_error(r, "cuModuleGetFunction");
-    else if (shared_bytes > 48 * 1024 &&
-             (r = cu.cuFuncSetAttribute(out->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)shared_bytes)) != CUDA_SUCCESS)
-        st = cuda_error(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    if (st != SJ_OK) harness_unload(out);
-    return st;
-}
-
-void harness_unload(loaded_kernel *k)
-{
-    if (k->module) cu.cuModuleUnload(k->module);
-    k->module = NULL;
-    k->function = NULL;
-}
-
 /* ------------------------------------------------------------------ the gate */
 
 /* 16-bit -> float for every bit pattern of f16 and bf16, built once: the gate reads millions of
@@ -198,65 +157,24 @@ sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, i
 
 /* ------------------------------------------------------------------ the reference GEMM */
 
-static sj_status reference_kernel(sj_context *ctx, const sj_problem *p, loaded_kernel *out)
-{
-    const char *tname = "gemm_reference";
-    gen_state *g;
-    sj_status st = rt_generator(ctx, &g);
-    if (st != SJ_OK) return st;
-    cache_key key;
-    if ((st = rt_cache_key(ctx, p, &key)) != SJ_OK) return st;
-    snprintf(key.template_name, sizeof key.template_name, "%s", tname);
-    if ((st = gen_template_hash(g, tname, key.template_hash)) != SJ_OK) return st;
-    char config[256];
-    if ((st = gen_default_config(g, tname, p, config, sizeof config)) != SJ_OK) return st;
-    cache_kernel ck;
-    memset(&ck, 0, sizeof ck);
-    if (ctx->cache && cache_get_kernel(ctx->cache, &key, config, &ck) == SJ_OK) {
-        ctx->stats.cache_hits++;
-    } else {
-        sj_generated *gen = NULL;
-        double t0 = rt_seconds();
-        if ((st = gen_generate(g, tname, p, config, &gen)) != SJ_OK) return st;
-        ctx->stats.lua_generations++;
-        ctx->stats.lua_seconds += rt_seconds() - t0;
-        snprintf(ck.config, sizeof ck.config, "%s", gen->config);
-        snprintf(ck.entry, sizeof ck.entry, "%s", gen->entry);
-        memcpy(ck.grid, gen->grid, sizeof ck.grid);
-        memcpy(ck.block, gen->block, sizeof ck.block);
-        ck.shared_bytes = gen->shared_bytes;
-        char *log = NULL;
-        st = nvrtc_compile(gen->source, gen->entry, ctx->arch, &ck.cubin, &ck.cubin_size, &log, &ck.compile_seconds);
-        ctx->stats.nvrtc_compiles++;
-        ctx->stats.nvrtc_seconds += ck.compile_seconds;
-        free(log);
-        sj_generated_free(gen);
-        if (st != SJ_OK) return error_prefix(st, "compiling the reference kernel");
-        /* Only saves a compile next time: a cache that cannot store it is not an error. */
-        if (ctx->cache && cache_put_kernel(ctx->cache, &key, &ck) != SJ_OK)
-            rt_log(ctx, "could not store the reference kernel in %s: %s", ctx->cache_path, sj_last_error());
-    }
-    st = harness_load(ctx, p, ck.cubin, ck.entry, ck.config, tname, ck.grid, ck.block, ck.shared_bytes, out);
-    free(ck.cubin);
-    return st;
-}
-
 sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, sj_devptr B, int64_t m, int64_t n,
                                  int64_t k, float *ref)
 {
     sj_problem p;
     sj_problem_init(&p, SJ_OP_GEMM, dtype, m, n, k);
     p.out_dtype = SJ_DTYPE_F32;
-    loaded_kernel rk;
-    sj_status st = reference_kernel(ctx, &p, &rk);
-    if (st != SJ_OK) return st;
+    /* through the request path like any kernel, keyed under its own template: compiled once,
+     * then from the cache and the context's table */
+    const loaded_kernel *rk;
+    sj_status st = rt_kernel_with_config(ctx, &p, "gemm_reference", "", &rk);
+    if (st != SJ_OK) return error_prefix(st, "the reference kernel");
     size_t count = (size_t)(m * n);
     sj_devptr C = 0;
     if ((st = sj_malloc(ctx, count * sizeof(float), &C)) == SJ_OK &&
         (st = sj_memset_u8(ctx, C, 0xFF, count * sizeof(float))) == SJ_OK) {
         int mi = (int)m, ni = (int)n, ki = (int)k;
         void *args[] = { &A, &B, &C, &mi, &ni, &ki };
-        if ((st = rt_launch(ctx, &rk, args, NULL)) == SJ_OK && (st = sj_synchronize(ctx)) == SJ_OK &&
+        if ((st = rt_launch(ctx, rk, args, NULL)) == SJ_OK && (st = sj_synchronize(ctx)) == SJ_OK &&
             (st = sj_memcpy_dtoh(ctx, ref, C, count * sizeof(float))) == SJ_OK) {
             for (size_t i = 0; i < count; i++)
                 if (!isfinite(ref[i])) {
@@ -266,7 +184,6 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
         }
     }
     if (C) sj_free(ctx, C);
-    harness_unload(&rk);
     return st;
 }
 

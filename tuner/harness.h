@@ -87,16 +87,9 @@ double harness_rel_error(sj_dtype dtype, const void *out, const float *ref, size
 /* Tolerance of the gate for a problem's dtypes: 1e-2 when bf16 is involved, else 5e-3. */
 double harness_tolerance(const sj_problem *p);
 
-/* Loads a cubin into a kernel the caller owns (not the context's table): the tuner loads and
- * drops hundreds of candidates. */
-sj_status harness_load(sj_context *ctx, const sj_problem *p, const void *cubin, const char *entry, const char *config,
-                       const char *template_name, const unsigned grid[3], const unsigned block[3],
-                       unsigned shared_bytes, loaded_kernel *out);
-void harness_unload(loaded_kernel *k);
-
 /* Runs C = A.B through templates/gemm_reference.lua (fp32 output) for dtype inputs on the
- * device and copies the result into ref (m*n floats). The reference cubin goes through the
- * cache like any kernel, keyed under its own template name. */
+ * device and copies the result into ref (m*n floats). The reference kernel goes through the
+ * request path like any kernel (rt_kernel_with_config), keyed under its own template name. */
 sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, sj_devptr B, int64_t m, int64_t n,
                                  int64_t k, float *ref);
 

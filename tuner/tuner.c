@@ -11,7 +11,6 @@
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
-#include "generator/nvrtc.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -69,12 +68,8 @@ void sj_tune_result_free(sj_tune_result *r)
 typedef struct job {
     int id;                  /* search candidate id */
     char config[256];
-    char entry[128];
-    unsigned grid[3], block[3], shared_bytes;
-    char *source;            /* freed by the worker once compiled */
-    void *cubin;
-    size_t cubin_size;
-    double seconds;
+    sj_generated *gen;       /* the candidate's source; freed by the worker once compiled */
+    cache_kernel built;      /* what build_compile made of it: cubin, entry, geometry, seconds */
     sj_status status;
     char error[512];         /* first line of the failure */
     struct job *next;
@@ -93,8 +88,8 @@ typedef struct pool {
 static void job_free(job *j)
 {
     if (!j) return;
-    free(j->source);
-    free(j->cubin);
+    sj_generated_free(j->gen);
+    free(j->built.cubin);
     free(j);
 }
 
@@ -118,12 +113,10 @@ static void *worker(void *arg)
         if (!pl->todo) pl->todo_tail = NULL;
         pthread_mutex_unlock(&pl->mu);
 
-        char *log = NULL;
-        j->status = nvrtc_compile(j->source, j->entry, pl->arch, &j->cubin, &j->cubin_size, &log, &j->seconds);
+        j->status = build_compile(j->gen, pl->arch, &j->built, NULL);
         if (j->status != SJ_OK) first_line(j->error, sizeof j->error, sj_last_error()); /* thread-local */
-        free(log);
-        free(j->source);
-        j->source = NULL;
+        sj_generated_free(j->gen);
+        j->gen = NULL;
         j->next = NULL;
 
         pthread_mutex_lock(&pl->mu);
@@ -280,8 +273,7 @@ static sj_status top_up(tuner *t)
         if (step == SEARCH_DONE) t->issuing_done = 1;
         if (step != SEARCH_CANDIDATE) return SJ_OK;
         sj_generated *g = NULL;
-        double g0 = rt_seconds();
-        st = gen_generate(t->gen, t->tname, t->p, c.config, &g);
+        st = rt_generate(t->ctx, t->p, t->tname, c.config, &g);
         if (st != SJ_OK) {
             /* A template that claims a config valid but cannot generate it: the candidate loses. */
             sj_tune_trial tr = { .rel_error = -1 };
@@ -294,8 +286,6 @@ static sj_status top_up(tuner *t)
             report_progress(t, &tr);
             continue;
         }
-        t->ctx->stats.lua_generations++;
-        t->ctx->stats.lua_seconds += rt_seconds() - g0;
         job *j = calloc(1, sizeof *j);
         if (!j) {
             sj_generated_free(g);
@@ -303,13 +293,7 @@ static sj_status top_up(tuner *t)
         }
         j->id = c.id;
         snprintf(j->config, sizeof j->config, "%s", c.config);
-        snprintf(j->entry, sizeof j->entry, "%s", g->entry);
-        memcpy(j->grid, g->grid, sizeof j->grid);
-        memcpy(j->block, g->block, sizeof j->block);
-        j->shared_bytes = g->shared_bytes;
-        j->source = g->source;
-        g->source = NULL;
-        sj_generated_free(g);
+        j->gen = g;
         pool_submit(&t->pl, j);
         t->in_flight++;
     }
@@ -334,18 +318,16 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     *kept = 0;
     memset(tr, 0, sizeof *tr);
     snprintf(tr->config, sizeof tr->config, "%s", j->config);
-    tr->compile_seconds = j->seconds;
+    tr->compile_seconds = j->built.compile_seconds;
     tr->rel_error = -1;
-    t->ctx->stats.nvrtc_compiles++;
-    t->ctx->stats.nvrtc_seconds += j->seconds;
+    rt_count_compile(t->ctx, j->built.compile_seconds);
     if (j->status != SJ_OK) {
         snprintf(tr->status, sizeof tr->status, "compile-error");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: compile-error: %s", j->config, j->error);
         return SJ_OK;
     }
     loaded_kernel k;
-    sj_status st = harness_load(t->ctx, t->p, j->cubin, j->entry, j->config, t->tname, j->grid, j->block,
-                                j->shared_bytes, &k);
+    sj_status st = rt_module_load(t->ctx, t->p, &j->built, t->tname, SJ_FROM_COMPILE, &k);
     if (st != SJ_OK) {
         snprintf(tr->status, sizeof tr->status, "load-error");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: load-error: %s", j->config, sj_last_error());
@@ -355,7 +337,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     double err;
     st = harness_check(&t->h, &k, &err, &sticky);
     if (st != SJ_OK) {
-        harness_unload(&k);
+        rt_module_unload(&k);
         if (sticky) return error_prefix(st, "tuning stopped at config %s", j->config);
         snprintf(tr->status, sizeof tr->status, "launch-error");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: launch-error: %s", j->config, sj_last_error());
@@ -363,7 +345,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     }
     tr->rel_error = err;
     if (!(err <= t->tol)) {
-        harness_unload(&k);
+        rt_module_unload(&k);
         snprintf(tr->status, sizeof tr->status, "wrong-result");
         snprintf(t->last_reason, sizeof t->last_reason, "%s: wrong-result: relative error %.3g > %.3g", j->config,
                  err, t->tol);
@@ -372,7 +354,7 @@ static sj_status evaluate(tuner *t, job *j, sj_tune_trial *tr, int *kept)
     launch_arg a = { &t->h, &k };
     measure_result mr;
     st = measure_run(&t->ms, &t->mo, launch_candidate, &a, &mr);
-    harness_unload(&k);
+    rt_module_unload(&k);
     if (st != SJ_OK) {
         if (context_lost()) return error_prefix(st, "tuning stopped while timing config %s", j->config);
         snprintf(tr->status, sizeof tr->status, "launch-error");
@@ -475,8 +457,7 @@ static sj_status run_off(tuner *t, int *winner, measure_result *won)
     int loaded = 0;
     for (; loaded < n; loaded++) {
         const job *j = t->kept[ids[loaded]];
-        st = harness_load(t->ctx, t->p, j->cubin, j->entry, j->config, t->tname, j->grid, j->block, j->shared_bytes,
-                          &k[loaded]);
+        st = rt_module_load(t->ctx, t->p, &j->built, t->tname, SJ_FROM_COMPILE, &k[loaded]);
         if (st != SJ_OK) goto done;
     }
     for (int r = 0; r < RUNOFF_ROUNDS; r++)
@@ -496,7 +477,7 @@ static sj_status run_off(tuner *t, int *winner, measure_result *won)
     *won = mr[best][round];
     t->res->finalists = n;
 done:
-    for (int i = 0; i < loaded; i++) harness_unload(&k[i]);
+    for (int i = 0; i < loaded; i++) rt_module_unload(&k[i]);
     if (st != SJ_OK) st = error_prefix(st, "tuner: the run-off of the %d fastest configs", n);
     return st;
 }
@@ -513,7 +494,7 @@ static sj_status save(tuner *t, const job *w)
 {
     sj_tune_result *r = t->res;
     cache_key key;
-    sj_status st = rt_cache_key(t->ctx, t->p, &key);
+    sj_status st = rt_cache_key(t->ctx, t->p, t->tname, &key);
     if (st != SJ_OK) return st;
     cache_trial *ct = calloc((size_t)r->n_trials, sizeof *ct);
     if (!ct) return error_set(SJ_ERR_OUT_OF_MEMORY, "tuner: out of memory for %d trials", r->n_trials);
@@ -534,18 +515,8 @@ static sj_status save(tuner *t, const job *w)
     cw.tflops = r->tflops;
     snprintf(cw.strategy, sizeof cw.strategy, "%s", r->strategy);
     cw.tuned_at = (int64_t)time(NULL);
-    cache_kernel ck;
-    memset(&ck, 0, sizeof ck);
-    snprintf(ck.config, sizeof ck.config, "%s", w->config);
-    snprintf(ck.entry, sizeof ck.entry, "%s", w->entry);
-    memcpy(ck.grid, w->grid, sizeof ck.grid);
-    memcpy(ck.block, w->block, sizeof ck.block);
-    ck.shared_bytes = w->shared_bytes;
-    ck.cubin = w->cubin;
-    ck.cubin_size = w->cubin_size;
-    ck.compile_seconds = w->seconds;
     /* An exhaustive run is authoritative; a budgeted one replaces the winner only if faster. */
-    st = cache_put_tuning(t->ctx->cache, &key, ct, r->n_trials, &cw, &ck, t->opts.strategy == SJ_TUNE_EXHAUSTIVE);
+    st = cache_put_tuning(t->ctx->cache, &key, ct, r->n_trials, &cw, &w->built, t->opts.strategy == SJ_TUNE_EXHAUSTIVE);
     free(ct);
     if (st != SJ_OK) return st;
     kernel_table_forget(&t->ctx->table, t->p);
