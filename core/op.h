@@ -24,6 +24,24 @@ enum {
     OP_READS_D_FF = 4        /* d_ff */
 };
 
+/* One algorithm of an op's template, as the op table's walk (tests/test_op_table.c) compiles and
+ * disassembles it: the config that selects it, the lowest target it runs on, and the machine
+ * instructions that show it is the algorithm it claims to be. The walk checks every variant on
+ * every target from its arch up; a kernel may drift to another unit (tensor cores to FFMA, TMA
+ * to cp.async) and still be correct, so only its SASS tells. */
+typedef struct op_variant {
+    const char *name;        /* "pairs-tensor-cores" */
+    /* What selects it, completed from the template's default for the target (named values
+     * override it); NULL: the default itself. Must be valid for the op's example problem. */
+    const char *config;
+    const char *arch;        /* the lowest target: "sm_80" or "sm_90a" (refused below it) */
+    const char *sass;        /* instruction substrings its SASS must all contain: "HGMMA,UTMALDG" */
+    const char *sass_absent; /* ... and must not contain ("HMMA" of a CUDA-core variant); NULL: none */
+    /* 1: the kernel keeps per-thread arrays it indexes by data in local memory (a stack frame,
+     * LDL/STL by design); 0: no LDL/STL may occur, so a register spill fails the walk. */
+    int local_arrays;
+} op_variant;
+
 typedef struct op_desc {
     sj_op op;
     const char *name;              /* "vnm-spmm": sj_op_name, the CLI's --op, the cache key */
@@ -42,6 +60,11 @@ typedef struct op_desc {
     void (*label)(const sj_problem *p, char *buf, size_t len);
     const harness_ops *harness;    /* the tuner's harness; NULL when not tunable */
     const bench_op *bench;         /* `sparsejit bench`; NULL when it has no cuBLAS counterpart */
+    /* A small valid problem of the op (compiles in seconds): what the walk generates each
+     * variant for. */
+    void (*example)(sj_problem *p);
+    const op_variant *variants;    /* every algorithm its template chooses between (at least one) */
+    int n_variants;
 } op_desc;
 
 /* The descriptor of op, NULL when op is not one. */

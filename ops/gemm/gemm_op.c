@@ -3,6 +3,13 @@
 #include "core/op.h"
 #include "ops/gemm/gemm.h"
 
+static void example(sj_problem *p) { sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 256, 256, 256); }
+
+/* ldmatrix + mma.sync fed by cp.async, on every target. */
+static const op_variant variants[] = {
+    { .name = "mma-sync", .arch = "sm_80", .sass = "HMMA.16816.F32,LDSM.16.M88.4,LDGSTS" },
+};
+
 const op_desc op_gemm = {
     .op = SJ_OP_GEMM,
     .name = "gemm",
@@ -11,4 +18,7 @@ const op_desc op_gemm = {
     .tunable = 1,
     .harness = &harness_gemm,
     .bench = &bench_op_gemm,
+    .example = example,
+    .variants = variants,
+    .n_variants = sizeof variants / sizeof *variants,
 };

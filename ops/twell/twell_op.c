@@ -78,6 +78,46 @@ static void label(const sj_problem *p, char *buf, size_t len)
     snprintf(buf, len, "%g%s@T%d:C%d", p->twell_sparsity, skew, p->twell_tile, p->twell_capacity);
 }
 
+/* 256 tokens, d_ff 1024, d_model 512, TwELL 128:16 at 99% sparsity. */
+static void example_gate(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_TWELL_GATE, SJ_DTYPE_BF16, 256, 1024, 512);
+    fill_defaults(p);
+}
+
+/* 256 tokens, d_model 512, d_ff 1024, TwELL 128:16 at 99% sparsity. */
+static void example_ffn(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_TWELL_FFN, SJ_DTYPE_BF16, 256, 512, 512);
+    p->d_ff = 1024;
+    fill_defaults(p);
+}
+
+/* templates/twell_gate.lua's WG. The default's CLUSTER=2 pairs CTAs over TMA multicast, so the
+ * other two name CLUSTER=1. */
+static const op_variant variants_gate[] = {
+    { .name = "mma-sync", .config = "WG=0,CLUSTER=1", .arch = "sm_80", .sass = "HMMA.16816.F32,LDSM.16.M88.4,LDGSTS",
+      .sass_absent = "HGMMA" },
+    { .name = "wgmma-cp-async", .config = "WG=1,CLUSTER=1", .arch = "sm_90a", .sass = "HGMMA,LDGSTS",
+      .sass_absent = "HMMA,UTMALDG" },
+    /* a producer warpgroup issues TMA loads, consumers wait on mbarriers (the sm_90a default) */
+    { .name = "wgmma-tma", .config = "WG=2", .arch = "sm_90a", .sass = "HGMMA,UTMALDG.2D,SYNCS.PHASECHK",
+      .sass_absent = "HMMA,LDGSTS" },
+};
+
+/* templates/twell_ffn.lua's ALGO. The pairs algorithms fix the token blocks' parameters at
+ * values of their own, so completed from the (token blocks') default they are invalid: they are
+ * given whole, as the template's pairs_config would choose them with 8 warps (its variants()
+ * leaves them out of a problem this small, which fills too few SMs for them to pay). */
+static const op_variant variants_ffn[] = {
+    { .name = "token-blocks", .config = "ALGO=0", .arch = "sm_80", .sass = "HMMA.16816.F32,LDGSTS",
+      .sass_absent = "HGMMA,UTMALDG" },
+    { .name = "pairs-cuda-cores", .arch = "sm_80", .sass = "FFMA,LDGSTS", .sass_absent = "HMMA,HGMMA",
+      .config = "ALGO=1,WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=3,PIPE=0,PERSIST=0,UT=512,SLOTS=16" },
+    { .name = "pairs-tensor-cores", .arch = "sm_90a", .sass = "HMMA.16816.F32,UTMALDG.2D,SYNCS.PHASECHK",
+      .sass_absent = "HGMMA", .config = "ALGO=2,WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=3,PIPE=0,PERSIST=0,UT=512,SLOTS=16" },
+};
+
 const op_desc op_twell_gate = {
     .op = SJ_OP_TWELL_GATE,
     .name = "twell-gate",
@@ -90,6 +130,9 @@ const op_desc op_twell_gate = {
     .label = label,
     .harness = &harness_twell_gate,
     .bench = &bench_op_twell,
+    .example = example_gate,
+    .variants = variants_gate,
+    .n_variants = sizeof variants_gate / sizeof *variants_gate,
 };
 
 const op_desc op_twell_ffn = {
@@ -104,4 +147,7 @@ const op_desc op_twell_ffn = {
     .label = label,
     .harness = &harness_twell_ffn,
     .bench = &bench_op_twell,
+    .example = example_ffn,
+    .variants = variants_ffn,
+    .n_variants = sizeof variants_ffn / sizeof *variants_ffn,
 };

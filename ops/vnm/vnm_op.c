@@ -36,6 +36,32 @@ static void label(const sj_problem *p, char *buf, size_t len)
     snprintf(buf, len, "%d:%d:%d", p->vnm_v, p->vnm_n, p->vnm_m);
 }
 
+static void example_spmm(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_VNM_SPMM, SJ_DTYPE_F16, 256, 256, 256);
+    fill_defaults(p);
+}
+
+/* A 256 x 256 matrix to compress (n is unused; sj_vnm_compress_device asks for 1). */
+static void example_compress(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_VNM_COMPRESS, SJ_DTYPE_F16, 256, 1, 256);
+    fill_defaults(p);
+}
+
+/* mma.sp on sparse tensor cores, on every target. */
+static const op_variant variants_spmm[] = {
+    { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS" },
+};
+
+/* No matrix instruction: the column norms are summed in fp64 so the choice is the host's to
+ * the bit (DFMA for L2, DADD for L1). The selection indexes per-thread arrays by data (a flag
+ * per column of a group, M up to 128; the 4 candidates of a row, by the positions it picks), so
+ * they live in local memory; the kernel runs once per weight matrix. */
+static const op_variant variants_compress[] = {
+    { .name = "compressor", .arch = "sm_80", .sass = "DFMA,DADD", .sass_absent = "HMMA", .local_arrays = 1 },
+};
+
 const op_desc op_vnm_spmm = {
     .op = SJ_OP_VNM_SPMM,
     .name = "vnm-spmm",
@@ -48,6 +74,9 @@ const op_desc op_vnm_spmm = {
     .label = label,
     .harness = &harness_vnm,
     .bench = &bench_op_vnm,
+    .example = example_spmm,
+    .variants = variants_spmm,
+    .n_variants = sizeof variants_spmm / sizeof *variants_spmm,
 };
 
 /* A format conversion: no tuning space worth searching, no cuBLAS counterpart to bench. */
@@ -61,4 +90,7 @@ const op_desc op_vnm_compress = {
     .key_text = key_text,
     .fill_defaults = fill_defaults,
     .label = label,
+    .example = example_compress,
+    .variants = variants_compress,
+    .n_variants = sizeof variants_compress / sizeof *variants_compress,
 };
