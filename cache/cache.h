@@ -10,7 +10,7 @@
 
 typedef struct cache_db cache_db;
 
-/* Everything a kernel's identity depends on except its config (see ../shared/design.md). */
+/* Everything a kernel's identity depends on except its config (see docs/architecture.md). */
 typedef struct cache_key {
     char gpu[256];           /* device name, e.g. "NVIDIA H200"; "" for a compile-only context */
     char arch[16];           /* "sm_90a" */

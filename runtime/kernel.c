@@ -1,4 +1,4 @@
-/* kernel.c: the request path of one kernel (../shared/design.md): in-process table, then the
+/* kernel.c: the request path of one kernel (docs/architecture.md): in-process table, then the
  * SQLite cache, then template + NVRTC (stored back into the cache), then load and launch. */
 #include "core/op.h"
 #include "core/error.h"

@@ -1,4 +1,4 @@
-/* runtime.h: the context and the request path shared by every op module (op_*.c) and the
+/* runtime.h: the context and the request path shared by every op family (ops/) and the
  * tuner: kernel key -> in-process table -> SQLite cache -> template + NVRTC -> load. */
 #ifndef SJ_RUNTIME_H
 #define SJ_RUNTIME_H

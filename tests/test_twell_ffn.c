@@ -122,7 +122,7 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_int_equal(g->block[0], (unsigned)(32 * W));
         assert_int_equal(g->grid[0], (unsigned)items);
         assert_non_null(strstr(g->source, "atomicAdd(work, 1u)"));   /* the ticket */
-        /* where the pair lists start: the offset runtime/op_twell.c sizes the workspace with */
+        /* where the pair lists start: the offset ops/twell/twell_api.c sizes the workspace with */
         assert_int_equal(define_value(g->source, "PL_OFF"), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
         assert_true(2 + token_tiles <= (2 + cdiv(p->m, 256) + 63) / 64 * 64); /* the counters fit before it */
         assert_non_null(strstr(g->source, "twell_pairs.lua"));
@@ -130,7 +130,7 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
             assert_non_null(strstr(g->source, "twell_pairs_mma.lua"));
             assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
             assert_non_null(strstr(g->source, "sj_slots_place("));
-            /* counts, then the dealt slots, inside the bytes runtime/op_twell.c allocates */
+            /* counts, then the dealt slots, inside the bytes ops/twell/twell_api.c allocates */
             int64_t pl_off = (2 + cdiv(p->m, 256) + 63) / 64 * 64, ngp = cdiv(p->m, 32 * W) * 4 * W;
             int64_t nut = cdiv(tiles, UT / p->twell_tile), sl_off = define_value(g->source, "SL_OFF");
             int64_t m512 = cdiv(p->m, 512) * 512, f512 = cdiv(p->d_ff, 512) * 512;

@@ -1,4 +1,4 @@
-/* test_vnm_format.c: the host V:N:M format (runtime/vnm_format.c) on the CPU: exact round trips
+/* test_vnm_format.c: the host V:N:M format (ops/vnm/vnm_format.c) on the CPU: exact round trips
  * of matrices that have the pattern, pruning keeps the largest-magnitude pattern, rejection of
  * bad parameters and of matrices without the pattern, and an emulation of the mma.sp m16n8k32
  * fragments, read lane by lane as the PTX ISA describes them, which must reproduce the dense

@@ -13,7 +13,7 @@ static sj_status tune_on_miss(sj_context *ctx, const sj_problem *p, char *config
     sj_tune_options o;
     sj_tune_options_init(&o);
     o.strategy = SJ_TUNE_RANDOM;
-    o.budget_trials = 0; /* the strategy default: 16-128 trials */
+    o.budget_trials = 0; /* the strategy default: a quarter of the space, 16..256 trials */
     o.budget_seconds = 60;
     sj_tune_result r;
     sj_status st = sj_tune(ctx, p, &o, &r);

@@ -1,4 +1,4 @@
-/* op_gemm.c: the dense GEMM op, C = A.B (row-major): argument checks, then the request path. */
+/* gemm_api.c: the dense GEMM op, C = A.B (row-major): argument checks, then the request path. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 

@@ -1,4 +1,4 @@
-/* bench_gemm.c: bench_op_gemm, what `sparsejit bench --op gemm` times: C = A.B through sj_gemm on
+/* gemm_bench.c: bench_op_gemm, what `sparsejit bench --op gemm` times: C = A.B through sj_gemm on
  * random A and B (uniform [-1, 1), never zeros, which would run faster than real data), against
  * the same GEMM through cuBLAS; the first launch's C is checked element by element against the
  * tuner's reference kernel (templates/gemm_reference.lua, fp32) before anything is timed. */

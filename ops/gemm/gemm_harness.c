@@ -1,4 +1,4 @@
-/* harness_gemm.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
+/* gemm_harness.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
  * device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K), and the reference
  * from templates/gemm_reference.lua over the same inputs. */
 #include "tuner/harness.h"

@@ -1,4 +1,4 @@
-/* op_twell.c: the two ops of a ReLU FFN block over TwELL activations, through the request path
+/* twell_api.c: the two ops of a ReLU FFN block over TwELL activations, through the request path
  * (kernel table, cache, template + NVRTC; rt_kernel_for / rt_launch):
  *   sj_twell_gate: H = relu(X . Wg) written as TwELL by templates/twell_gate.lua, whose epilogue
  *     also writes the overflow path (true counts, dense spill of tiles over C);

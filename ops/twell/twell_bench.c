@@ -1,4 +1,4 @@
-/* bench_twell.c: bench_op_twell, what `sparsejit bench --op twell-gate | twell-ffn` times.
+/* twell_bench.c: bench_op_twell, what `sparsejit bench --op twell-gate | twell-ffn` times.
  *
  * Inputs are uniform [-1, 1) (never zeros) with shifted pre-activations: X[:, d_model-1] = 1
  * and Wg[d_model-1, :] = -b, b chosen so that a fraction problem.twell_sparsity (default 0.99; the

@@ -1,5 +1,5 @@
 /* twell_format.h: the exact TwELL arrays (see the TwELL section of sparsejit.h), shared by the
- * host converter (twell_format.c), the op module (op_twell.c), the tuner's harness and the
+ * host converter (twell_format.c), the entry points (twell_api.c), the tuner's harness and the
  * tests; templates/lib/twell_common.lua writes the same bits on the device.
  *
  * entry (uint32): (local column << 16) | 16-bit value bits. A tile's slots start at

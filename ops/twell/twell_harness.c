@@ -1,4 +1,4 @@
-/* harness_twell.c: the tuner's harnesses for the two TwELL ops of an FFN block.
+/* twell_harness.c: the tuner's harnesses for the two TwELL ops of an FFN block.
  *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
  * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity

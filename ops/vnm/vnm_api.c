@@ -1,4 +1,4 @@
-/* op_vnm.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
+/* vnm_api.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
  * compressor (templates/vnm_compress.lua) and sj_vnm_spmm (templates/vnm_spmm.lua through the
  * request path: kernel table, cache, template + NVRTC). */
 #include "core/error.h"

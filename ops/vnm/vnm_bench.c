@@ -1,4 +1,4 @@
-/* bench_vnm.c: bench_op_vnm, what `sparsejit bench --op vnm-spmm --vnm V:N:M` times: C = A.B
+/* vnm_bench.c: bench_op_vnm, what `sparsejit bench --op vnm-spmm --vnm V:N:M` times: C = A.B
  * through sj_vnm_spmm, with A a random dense rows x K matrix (uniform [-1, 1), never zeros)
  * pruned to V:N:M by magnitude on the GPU (sj_vnm_compress_device), against the dense GEMM of
  * the same shape through cuBLAS; the first launch's C is checked element by element against the

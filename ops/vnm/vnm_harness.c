@@ -1,4 +1,4 @@
-/* harness_vnm.c: the tuner's harness for V:N:M SpMM (C = alpha * A_vnm . B + beta * C): a random
+/* vnm_harness.c: the tuner's harness for V:N:M SpMM (C = alpha * A_vnm . B + beta * C): a random
  * dense A pruned to V:N:M by magnitude and compressed on the host, random B, a launch of a given
  * kernel with the vnm-spmm ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
  * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
