@@ -55,7 +55,7 @@ local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
 local pairs_algo = require "lib.twell_pairs"
 
-local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES", "PIPE", "PERSIST", "ALGO", "UT", "SLOTS" }
+local PARAMS = { "WARPS", "NT", "ROUND", "UCAP", "STAGES", "PIPE", "PERSIST", "ALGO", "UT", "SLOTS", "DGROUP" }
 
 -- Geometry derived from problem and config (all compile-time constants of the kernel).
 local function geometry(problem, cfg)
@@ -114,7 +114,9 @@ local function valid(problem, cfg)
   if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES must be 2..6" end
   if cfg.ALGO == 1 or cfg.ALGO == 2 then return pairs_algo.valid(problem, cfg) end
   if cfg.ALGO ~= 0 then return false, "ALGO must be 0 (token blocks), 1 (pairs, CUDA cores) or 2 (pairs, tensor cores)" end
-  if cfg.UT ~= 1024 or cfg.SLOTS ~= 16 then return false, "ALGO=0 takes UT=1024, SLOTS=16 (they belong to ALGO=1)" end
+  if cfg.UT ~= 1024 or cfg.SLOTS ~= 16 or cfg.DGROUP ~= 0 then
+    return false, "ALGO=0 takes UT=1024, SLOTS=16, DGROUP=0 (they belong to ALGO=1 and 2)"
+  end
   if cfg.NT ~= 1 and cfg.NT ~= 2 then return false, "NT must be 1 or 2" end
   if not tw.member({ 1024, 4096, 16384 }, cfg.ROUND) then return false, "ROUND must be 1024, 4096 or 16384" end
   if not tw.member({ 128, 256, 512, 1024 }, cfg.UCAP) then return false, "UCAP must be 128, 256, 512 or 1024" end
@@ -144,7 +146,7 @@ end
 local function space(problem)
   return { WARPS = { 8, 16 }, NT = { 1, 2 }, ROUND = { 1024, 4096, 16384 }, UCAP = { 128, 256, 512, 1024 },
            STAGES = { 2, 3, 4, 6 }, PIPE = { 0, 1 }, PERSIST = { 0, 1 }, ALGO = { 0, 1, 2 },
-           UT = { 256, 512, 1024, 2048 }, SLOTS = { 16, 32 } }
+           UT = { 256, 512, 1024, 2048 }, SLOTS = { 16, 32 }, DGROUP = { 0, 1 } }
 end
 
 local DEFAULTS = {
@@ -169,7 +171,7 @@ local function pairs_config(problem, algo)
   local sms = problem.SMS > 0 and problem.SMS or 132
   for _, warps in ipairs({ 16, 8 }) do
     local cfg = { WARPS = warps, NT = 1, ROUND = 1024, UCAP = 128, STAGES = 3, PIPE = 0, PERSIST = 0, ALGO = algo,
-                  UT = 512, SLOTS = 16 }
+                  UT = 512, SLOTS = 16, DGROUP = 0 }
     if not valid(problem, cfg) then return nil end
     local g = pairs_algo.geometry(problem, cfg)
     if g.NTT * g.NUT >= (warps == 16 and sms or sms / 2) then return cfg end
@@ -190,7 +192,7 @@ local function blocks_config(problem)
   local cfg
   for _, d in ipairs(DEFAULTS) do
     cfg = { WARPS = d.WARPS, NT = d.NT, ROUND = d.ROUND, UCAP = d.UCAP, STAGES = d.STAGES, PIPE = 0, PERSIST = 0,
-            ALGO = 0, UT = 1024, SLOTS = 16 }
+            ALGO = 0, UT = 1024, SLOTS = 16, DGROUP = 0 }
     if valid(problem, cfg) then return cfg end
   end
   return cfg
@@ -231,7 +233,7 @@ local function generate_pairs(problem, cfg, dt, ot)
   for k, v in pairs(g) do env[k] = v end
   env.entry = string.format("sj_twell_ffn_pairs%d_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", cfg.ALGO, problem.dtype,
                             problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
-                            cfg.SLOTS, cfg.STAGES)
+                            cfg.SLOTS, cfg.STAGES) .. (g.DG > 0 and "_g" .. g.DG or "")
   return {
     source = cuda.prelude(problem.dtype) .. (cfg.ALGO == 2 and cuda.hopper() or "") .. tw.format_c .. pairs_algo.render(env),
     entry = env.entry,

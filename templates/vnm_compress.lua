@@ -1,6 +1,6 @@
 -- vnm_compress.lua: the GPU compressor of a dense row-major matrix (problem.M rows x problem.K
--- columns, f16/bf16, on the device) into the V:N:M format of runtime/vnm_format.h, choosing
--- exactly what the host compressor (runtime/vnm_format.c) chooses: the same fp64 column norms
+-- columns, f16/bf16, on the device) into the V:N:M format of ops/vnm/vnm_format.h, choosing
+-- exactly what the host compressor (ops/vnm/vnm_format.c) chooses: the same fp64 column norms
 -- summed in the same row order, the same tie rules (strict >, lower column / position first),
 -- padding columns last. One CTA owns one row block and one pair of k tiles (16 column groups):
 --   1. column norms (|a| or a*a summed in fp64, or EXACT: non-zero flags) of its 16 M columns,

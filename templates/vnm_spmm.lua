@@ -1,5 +1,5 @@
 -- vnm_spmm.lua: C = alpha * A . B + beta * C with A in V:N:M (VENOM) format on sparse tensor
--- cores. A (M rows x K) is stored as runtime/vnm_format.c writes it: per V-row block and
+-- cores. A (M rows x K) is stored as ops/vnm/vnm_format.c writes it: per V-row block and
 -- M-column group four selected columns, inside them 2:4 per row, the kept values and the 2-bit
 -- metadata already in mma.sp m16n8k32 fragment order (lib/mma_sp.lua) and per row block the B
 -- row of every gathered column (-1 for padding). The reduction runs over the gathered k' = 4
@@ -43,7 +43,7 @@ local function member(list, v)
   return false
 end
 
--- The compressed layout's geometry (must match runtime/vnm_format.c).
+-- The compressed layout's geometry (must match ops/vnm/vnm_format.c).
 local function layout(problem)
   local L = {}
   L.RB = cdiv(problem.M, problem.V)       -- row blocks

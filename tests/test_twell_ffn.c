@@ -214,6 +214,41 @@ static void test_gate_grid_on_known_sms(void **state)
     gen_close(g);
 }
 
+/* ALGO=1 and 2 (templates/lib/twell_pairs.lua) leave ALGO=0's parameters at their canonical
+ * values, ALGO=2 also ALGO=1's SLOTS. */
+#define PAIRS "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,"
+#define PAIRS_MMA "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,"
+
+/* DGROUP=1 (a tuning-space variant of the pairs kernels): with the GPU's SM count known, the down
+ * items go in groups of DG token tiles: the token tiles left once the last 132 up tickets' tiles
+ * (132 / NUT of them) are set aside, at least one. DGROUP=0 keeps the plain token-tile order and
+ * defines no DG. */
+static void test_ffn_down_groups_on_known_sms(void **state)
+{
+    (void)state;
+    gen_state *g;
+    SJ_ASSERT_OK(gen_open(NULL, &g));
+    gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"), 132);
+    const struct { int64_t M, D, F; const char *config; int dg; } cases[] = {
+        { 8192, 4096, 11008, PAIRS_MMA "WARPS=16,UT=512,STAGES=3,DGROUP=1", 16 - 6 },  /* NTT 16, NUT 22 */
+        { 8192, 2048, 5632, PAIRS_MMA "WARPS=16,UT=512,STAGES=3,DGROUP=1", 16 - 12 },  /* NUT 11 */
+        { 2048, 4096, 11008, PAIRS_MMA "WARPS=8,UT=512,STAGES=3,DGROUP=1", 8 - 6 },    /* NTT 8 */
+        { 3300, 256, 4096, PAIRS_MMA "WARPS=8,UT=256,STAGES=2,DGROUP=1", 13 - 9 },     /* the GPU test's: 13 = 3 x 4 + 1 */
+        { 2048, 4096, 11008, PAIRS_MMA "WARPS=16,UT=512,STAGES=3,DGROUP=1", 1 },       /* NTT 4 <= 6 */
+        { 8192, 4096, 11008, PAIRS "WARPS=16,UT=512,SLOTS=16,STAGES=3,DGROUP=1", 16 - 6 },
+        { 8192, 4096, 11008, PAIRS_MMA "WARPS=16,UT=512,STAGES=3,DGROUP=0", -1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = ffn_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, cases[i].M, cases[i].D, cases[i].F, 128, 16);
+        sj_generated *out = NULL;
+        SJ_ASSERT_OK(gen_generate(g, "twell_ffn", &p, cases[i].config, &out));
+        if (cases[i].dg < 0) assert_null(strstr(out->source, "#define DG "));
+        else assert_int_equal(define_value(out->source, "DG"), cases[i].dg);
+        sj_generated_free(out);
+    }
+    gen_close(g);
+}
+
 /* Every config of each template's space that `valid` accepts also generates. */
 static void test_space_generates(void **state)
 {
@@ -851,11 +886,6 @@ static void ffn_and_check(sj_context *ctx, const ffn_data *d, const sj_twell_dev
     sj_free(ctx, Y);
 }
 
-/* ALGO=1 and 2 (templates/lib/twell_pairs.lua) leave ALGO=0's parameters at their canonical
- * values, ALGO=2 also ALGO=1's SLOTS. */
-#define PAIRS "ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,"
-#define PAIRS_MMA "ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,"
-
 static void test_gate_and_ffn_gpu(void **state)
 {
     sj_context *ctx;
@@ -868,6 +898,7 @@ static void test_gate_and_ffn_gpu(void **state)
         { SJ_DTYPE_BF16, SJ_DTYPE_BF16, 64, 2048, 4096, 128, 16, 0.999 },
         { SJ_DTYPE_F16, SJ_DTYPE_BF16, 100, 576, 1100, 64, 8, 0.90 },   /* a last row piece of 64 columns */
         { SJ_DTYPE_F16, SJ_DTYPE_F16, 2100, 256, 1024, 64, 8, 0.99 },   /* more token blocks than SMs */
+        { SJ_DTYPE_F16, SJ_DTYPE_F16, 3300, 256, 4096, 64, 8, 0.99 },   /* DGROUP=1: groups of 4 token tiles, the last of 1 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ffn_data d;
@@ -895,6 +926,9 @@ static void test_gate_and_ffn_gpu(void **state)
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=16,UT=512,SLOTS=16,STAGES=5");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS_MMA "WARPS=8,UT=256,STAGES=2");
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS_MMA "WARPS=16,UT=512,STAGES=2");
+            /* the down items in groups of token tiles (DGROUP=1) */
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS "WARPS=8,UT=256,SLOTS=16,STAGES=2,DGROUP=1");
+            ffn_and_check(ctx, &d, &H, ref, cases[i].out, PAIRS_MMA "WARPS=8,UT=256,STAGES=2,DGROUP=1");
         }
         if (i == 2) { /* explicit configs: both warp counts, both token blocks, short rounds, both pipes */
             ffn_and_check(ctx, &d, &H, ref, cases[i].out, "WARPS=16,NT=2,ROUND=16384,UCAP=256,STAGES=3,PIPE=0,PERSIST=0");
@@ -1015,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_defaults_compile),
         cmocka_unit_test(test_sass),
         cmocka_unit_test(test_gate_grid_on_known_sms),
+        cmocka_unit_test(test_ffn_down_groups_on_known_sms),
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_default_follows_sparsity),
         cmocka_unit_test(test_variants_seed_every_algorithm),

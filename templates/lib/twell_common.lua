@@ -1,7 +1,7 @@
 -- lib/twell_common.lua: what the TwELL templates (twell_gate.lua, twell_ffn.lua) share: the
 -- checks of a TwELL problem, small integer helpers, and the CUDA text of the format (entry
 -- packing, the non-zero test) so both kernels read and write the same bits as
--- runtime/twell_format.h.
+-- ops/twell/twell_format.h.
 local M = {}
 
 function M.cdiv(a, b) return (a + b - 1) // b end

@@ -12,11 +12,11 @@
 --
 -- One kernel, one CTA per work item, items handed out by a ticket counter in the order: every
 -- phase-A item (token tile tt, unit tile ut), then every phase-B item (token tile tt, 64-column
--- block cb). A phase-B item waits until the NUT phase-A items of its token tile are done; all of
--- them hold tickets issued earlier, to CTAs already running that wait on nothing, so the wait
--- always ends. The last CTA to finish puts the counters back to zero for the next launch.
+-- block cb; with DGROUP=1 in groups of DG token tiles, see P.geometry). A phase-B item waits
+-- until the NUT phase-A items of its token tile are done; all of them hold tickets issued
+-- earlier, to CTAs already running that wait on nothing, so the wait always ends. The last CTA to finish puts the counters back to zero for the next launch.
 --
--- Workspace (the op's `work` argument, runtime/op_twell.c sizes it for both algorithms):
+-- Workspace (the op's `work` argument, ops/twell/twell_api.c sizes it for both algorithms):
 --   u32 [0] ticket, [1] finished CTAs, [2 .. 2 + NTT) phase-A items done per token tile, then,
 --   from u32 PL_OFF, ALGO=2's counts and dealt slots (lib/twell_pairs_mma.lua) or ALGO=1's
 --   pair list: row t (F entries of capacity) holds t's pairs as
@@ -37,7 +37,7 @@ P.UB = 512           -- units per phase-B stage (a multiple of T)
 P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
 
 -- u32 offset of the pair list in the workspace (room for the counters of 256-token tiles).
--- runtime/op_twell.c allocates 4 * (list_offset(M) + ceil64(M' / 8 * ceil(F / 256)) + M' * F')
+-- ops/twell/twell_api.c allocates 4 * (list_offset(M) + ceil64(M' / 8 * ceil(F / 256)) + M' * F')
 -- bytes, M' and F' being M and F rounded up to 512: ALGO=1's M * F list entries, or ALGO=2's
 -- counts and slots, fit for every config.
 function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
@@ -60,6 +60,15 @@ function P.geometry(problem, cfg)
   g.B_SMEM = 2 * g.B_STAGE + g.NTH * 8                   -- + cursor and length per token
   g.smem = math.max(g.A_SMEM, g.B_SMEM) + 16
   g.items = g.NTT * (g.NUT + g.NCB)
+  -- DGROUP=1 (a tuning-space variant, not yet measured on a GPU, so no default takes it): down
+  -- items go in groups of DG token tiles, column block outer and token tile inner, so the CTAs
+  -- running at once stage the same Wd rows (DG token tiles read each stage together, and all of
+  -- Wd crosses DRAM NTT / DG times, not once per wave of ~2 token tiles: 8 x 90 MB at 8192 x 4096
+  -- / 11008). DG leaves out the token tiles whose up items are still in flight when the first
+  -- down ticket is taken (the last SMS up tickets), so those first down items do not wait.
+  -- DGROUP=0: one token tile at a time, column blocks inner.
+  local sms = problem.SMS > 0 and problem.SMS or 132
+  g.DG = cfg.DGROUP == 1 and math.max(1, g.NTT - tw.cdiv(sms, g.NUT)) or 0
   g.PL_OFF = P.list_offset(problem.M)
   if cfg.ALGO == 2 then mma.geometry(g, problem, cfg) end
   return g
@@ -76,6 +85,7 @@ function P.valid(problem, cfg)
     if not tw.member({ 256, 512, 1024, 2048 }, cfg.UT) then return false, "UT must be 256, 512, 1024 or 2048" end
     if not tw.member({ 16, 32 }, cfg.SLOTS) then return false, "SLOTS must be 16 or 32" end
   end
+  if cfg.DGROUP ~= 0 and cfg.DGROUP ~= 1 then return false, "DGROUP must be 0 or 1" end
   if cfg.UT % problem.T ~= 0 then
     return false, string.format("UT=%d must be a multiple of the TwELL tile T=%d", cfg.UT, problem.T)
   end
@@ -101,6 +111,9 @@ local function render_head(env) return emit.render(here(), [[
 #define NUT ${NUT}
 #define NCB ${NCB}
 #define NTT ${NTT}
+$ if DG > 0 then
+#define DG ${DG}
+$ end
 #define NKC ${NKC}
 #define NUB ${NUB}
 #define UB ${UB}
@@ -375,7 +388,13 @@ $ end
     __syncthreads();
     if (threadIdx.x == 0) { __threadfence(); atomicAdd(done + tt, 1u); }
   } else {
+$ if DG > 0 then
+    /* group of DG token tiles (the last may hold fewer), then column block, then token tile */
+    const int b = item - NTT * NUT, grp = b / (DG * NCB), r = b - grp * (DG * NCB);
+    const int gs = min(DG, NTT - grp * DG), cb = r / gs, tt = grp * DG + r % gs;
+$ else
     const int b = item - NTT * NUT, tt = b / NCB, cb = b % NCB;
+$ end
     if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
     __syncthreads();
 $ if ALGO == 2 then
