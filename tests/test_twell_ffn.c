@@ -104,6 +104,7 @@ static void check_gate_generated(const sj_problem *p, const sj_generated *g, con
     if (!WG) assert_null(strstr(g->source, "wgmma.mma_async"));
     if (WG == 2) assert_non_null(strstr(g->source, "cp.async.bulk.tensor.2d"));
     assert_non_null(strstr(g->source, "twell_gate.lua"));
+    assert_non_null(strstr(g->source, WG == 2 ? "lib/twell_gate_tma.lua" : "lib/twell_gate_sync.lua"));
     assert_non_null(strstr(g->source, "#line"));
 }
 
@@ -151,7 +152,7 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_null(strstr(g->source, "gridDim.x"));
     }
     assert_non_null(strstr(g->source, "mma.sync.aligned.m16n8k16"));
-    assert_non_null(strstr(g->source, "twell_ffn.lua"));
+    assert_non_null(strstr(g->source, "lib/twell_blocks.lua"));
 }
 
 static void test_defaults_generate(void **state)

@@ -27,6 +27,7 @@
 -- it yields exactly `count` pairs (zeros pad, should the spill hold fewer), so list offsets,
 -- computed from the counts alone, stay consistent.
 local emit = require "lib.emit"
+local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
 local mma = require "lib.twell_pairs_mma"
 
@@ -421,6 +422,23 @@ $ end
 function P.render(env)
   local phases = env.ALGO == 2 and mma.render(env) or render_cuda_cores(env)
   return render_head(env) .. phases .. render_entry(env)
+end
+
+-- The kernel of ALGO=1 or 2 for problem and cfg (dt, ot: lib/cuda.lua's input and output dtypes).
+function P.generate(problem, cfg, dt, ot)
+  local g = P.geometry(problem, cfg)
+  local env = { ALGO = cfg.ALGO, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES, CAP = problem.C,
+                UB = P.UB, ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32,
+                out_f16 = ot.size == 2, opack2 = ot.pack2, ofrom = ot.from_f32 }
+  for k, v in pairs(g) do env[k] = v end
+  env.entry = string.format("sj_twell_ffn_pairs%d_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", cfg.ALGO, problem.dtype,
+                            problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
+                            cfg.SLOTS, cfg.STAGES) .. (g.DG > 0 and "_g" .. g.DG or "")
+  return {
+    source = cuda.prelude(problem.dtype) .. (cfg.ALGO == 2 and cuda.hopper() or "") .. tw.format_c .. P.render(env),
+    entry = env.entry,
+    grid = { g.items, 1, 1 }, block = { g.NTH, 1, 1 }, shared = g.smem,
+  }
 end
 
 return P
