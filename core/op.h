@@ -58,6 +58,9 @@ typedef struct op_desc {
     void (*fill_defaults)(sj_problem *p);
     /* The sparsity as bench rows show it ("2:8", "0.99@T128:C16"); NULL: dense, "". */
     void (*label)(const sj_problem *p, char *buf, size_t len);
+    /* Bytes of device workspace the op needs from a caller that provides it (sj_workspace_size):
+     * the most any of its configs uses. NULL: the op needs none. */
+    size_t (*workspace)(const sj_problem *p);
     const harness_ops *harness;    /* the tuner's harness; NULL when not tunable */
     const bench_op *bench;         /* `sparsejit bench`; NULL when it has no cuBLAS counterpart */
     /* A small valid problem of the op (compiles in seconds): what the walk generates each

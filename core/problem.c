@@ -55,6 +55,17 @@ sj_status sj_problem_validate(const sj_problem *p)
     return d->validate ? d->validate(p) : SJ_OK;
 }
 
+sj_status sj_workspace_size(const sj_problem *p, size_t *bytes)
+{
+    if (!bytes) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_workspace_size: bytes is NULL");
+    *bytes = 0;
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return error_prefix(st, "sj_workspace_size");
+    const op_desc *d = op_find(p->op);
+    if (d->workspace) *bytes = d->workspace(p);
+    return SJ_OK;
+}
+
 void problem_key_text(const sj_problem *p, char *buf, size_t len)
 {
     const op_desc *d = op_find(p->op);

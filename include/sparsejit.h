@@ -48,6 +48,18 @@ SJ_API const char *sj_status_name(sj_status status);
 /* SJ_VERSION_STRING of the library as built: "major.minor.patch". */
 SJ_API const char *sj_version_string(void);
 
+/* The binary interface: bumped whenever a public struct, enum or signature changes, so a binding
+ * that reaches the library through its C ABI (ctypes in python/) can refuse a library it does not
+ * match. sj_abi_version() is the number the library was built with. */
+#define SJ_ABI_VERSION 1
+SJ_API int sj_abi_version(void);
+/* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
+ * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
+ * "sj_twell_layout", "sj_twell_host", "sj_twell_device", "sj_tune_progress", "sj_tune_options",
+ * "sj_tune_trial", "sj_tune_result", "sj_bench_result") as the library was built; a binding
+ * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
+SJ_API sj_status sj_struct_size(const char *name, size_t *out);
+
 typedef enum sj_dtype {
     SJ_DTYPE_F16 = 1,
     SJ_DTYPE_BF16 = 2,
@@ -178,6 +190,12 @@ SJ_API sj_status sj_problem_validate(const sj_problem *p);
 /* Writes a one-line description, e.g. "gemm f16->f16 4096x4096x4096". */
 SJ_API sj_status sj_problem_describe(const sj_problem *p, char *buf, size_t len);
 
+/* Bytes of device workspace the op of problem needs when the caller provides it (the *_ws entry
+ * points): for twell-ffn the most any of its configs needs (4 x tokens x d_ff and a little
+ * more), for vnm-compress the 8-byte pattern-violation word (padded to 16), 0 for ops that need
+ * none. Pure arithmetic: no context, no GPU. */
+SJ_API sj_status sj_workspace_size(const sj_problem *problem, size_t *bytes);
+
 /* Source of one kernel, as a template produced it. Free with sj_generated_free. */
 typedef struct sj_generated {
     char *source;        /* CUDA C */
@@ -303,6 +321,20 @@ SJ_API sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *la
                                         int64_t lda, sj_vnm_select select, sj_vnm_device *out,
                                         void *stream);
 
+/* The GPU compressor into arrays the caller provides, for callers that own the memory (a
+ * framework's allocator) and for CUDA-graph capture: out's values, meta and index must be
+ * device arrays of out->layout's sizes (out->layout equal to *layout); workspace (16-byte
+ * aligned, workspace_bytes >= sj_workspace_size of the vnm-compress problem: m = rows, n = 1,
+ * k = cols) receives the pattern-violation word. The call allocates nothing and does not wait:
+ * it sets the word on the stream, launches, and returns. For SJ_VNM_EXACT read the word's 8
+ * bytes back after the stream and hand them to sj_vnm_pattern_status. */
+SJ_API sj_status sj_vnm_compress_device_ws(sj_context *ctx, const sj_vnm_layout *layout, sj_devptr A,
+                                           int64_t lda, sj_vnm_select select, const sj_vnm_device *out,
+                                           sj_devptr workspace, size_t workspace_bytes, void *stream);
+/* The meaning of a pattern-violation word the compressor wrote: SJ_OK when it found none,
+ * SJ_ERR_PATTERN naming the first offending block or row of layout otherwise. */
+SJ_API sj_status sj_vnm_pattern_status(const sj_vnm_layout *layout, uint64_t word);
+
 /* The SJ_OP_VNM_SPMM problem of C = A . B with A of layout and B cols x n. */
 SJ_API sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype out_dtype,
                                 sj_problem *out);
@@ -421,6 +453,16 @@ SJ_API sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_de
 SJ_API sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
                               void *stream);
+/* sj_twell_ffn with the workspace from the caller instead of the context: workspace (16-byte
+ * aligned, workspace_bytes >= sj_workspace_size(problem)) is read only by the pairs kernels
+ * (ALGO=1, 2), which find it through a few counters that the call zeroes on the stream first,
+ * so its contents on entry do not matter. The launch allocates nothing and never waits, so it
+ * can be captured in a CUDA graph once the kernel is loaded (one call before capture; not under
+ * SJ_TUNE_ON_MISS for a problem without a winner). Launches with distinct workspaces may run
+ * concurrently on different streams. */
+SJ_API sj_status sj_twell_ffn_ws(sj_context *ctx, const sj_problem *problem, sj_devptr X,
+                                 const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
+                                 sj_devptr workspace, size_t workspace_bytes, void *stream);
 
 /* ---------------------------------------------------------------- tuner */
 

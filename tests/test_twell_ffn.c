@@ -123,7 +123,7 @@ static void check_ffn_generated(const sj_problem *p, const sj_generated *g, cons
         assert_int_equal(g->block[0], (unsigned)(32 * W));
         assert_int_equal(g->grid[0], (unsigned)items);
         assert_non_null(strstr(g->source, "atomicAdd(work, 1u)"));   /* the ticket */
-        /* where the pair lists start: the offset ops/twell/twell_api.c sizes the workspace with */
+        /* where the pair lists start: the offset ops/twell/twell_op.c sizes the workspace with */
         assert_int_equal(define_value(g->source, "PL_OFF"), (2 + cdiv(p->m, 256) + 63) / 64 * 64);
         assert_true(2 + token_tiles <= (2 + cdiv(p->m, 256) + 63) / 64 * 64); /* the counters fit before it */
         assert_non_null(strstr(g->source, "twell_pairs.lua"));

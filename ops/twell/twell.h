@@ -18,7 +18,12 @@ sj_status twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_pr
                                sj_devptr WgT, const sj_twell_device *H, void *stream);
 
 /* Launches a twell-ffn kernel with its ABI (X, H, WuT, Wd, Y, M, D, F, workspace): sj_twell_ffn
- * and the tuner's harness share it. ALGO=1 kernels get the context's scratch buffer. */
+ * and the tuner's harness share it. ALGO=1 and 2 kernels get the context's scratch buffer. */
 sj_status twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,
                               const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y, void *stream);
+/* Bytes of workspace an ALGO=1 or 2 (pairs) FFN kernel needs, for any of their configs, and the
+ * u32 counters at its start that must be zero when a kernel starts (twell_op.c). */
+size_t twell_ffn_workspace(const sj_problem *p);
+size_t twell_ffn_counter_words(const sj_problem *p);
+
 #endif

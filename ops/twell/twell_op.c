@@ -118,6 +118,19 @@ static const op_variant variants_ffn[] = {
       .sass_absent = "HGMMA", .config = "ALGO=2,WARPS=8,NT=1,ROUND=1024,UCAP=128,STAGES=3,PIPE=0,PERSIST=0,UT=512,SLOTS=16" },
 };
 
+/* templates/lib/twell_pairs.lua: the counters (ticket, finished CTAs, phase-A items done per
+ * 256-token tile) take list_offset(M) u32 words; then ALGO=1's pair list (d_ff entries per token)
+ * or ALGO=2's slot counts (per 8 tokens and unit tile of 256 or more) and slots (8 * UT per 8
+ * tokens and unit tile), with tokens and d_ff rounded up to 512. */
+size_t twell_ffn_counter_words(const sj_problem *p) { return (size_t)((2 + (p->m + 255) / 256 + 63) / 64 * 64); }
+
+size_t twell_ffn_workspace(const sj_problem *p)
+{
+    size_t m512 = (size_t)(p->m + 511) / 512 * 512, f512 = (size_t)(p->d_ff + 511) / 512 * 512;
+    size_t counts = (m512 / 8 * (size_t)((p->d_ff + 255) / 256) + 63) / 64 * 64;
+    return 4 * (twell_ffn_counter_words(p) + counts + m512 * f512);
+}
+
 const op_desc op_twell_gate = {
     .op = SJ_OP_TWELL_GATE,
     .name = "twell-gate",
@@ -145,6 +158,7 @@ const op_desc op_twell_ffn = {
     .key_text = key_text_ffn,
     .fill_defaults = fill_defaults,
     .label = label,
+    .workspace = twell_ffn_workspace,
     .harness = &harness_twell_ffn,
     .bench = &bench_op_twell,
     .example = example_ffn,

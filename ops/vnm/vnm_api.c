@@ -1,5 +1,7 @@
 /* vnm_api.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
- * compressor (templates/vnm_compress.lua) and sj_vnm_spmm (templates/vnm_spmm.lua through the
+ * compressor (templates/vnm_compress.lua; into the caller's arrays and workspace without waiting,
+ * sj_vnm_compress_device_ws, or allocating and checking the pattern, sj_vnm_compress_device)
+ * and sj_vnm_spmm (templates/vnm_spmm.lua through the
  * request path: kernel table, cache, template + NVRTC). */
 #include "core/error.h"
 #include "runtime/runtime.h"
@@ -122,25 +124,29 @@ sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device 
 
 /* ---------------------------------------------------------------- the GPU compressor */
 
-/* The compressor has no sj_op of its own yet, so it runs its template straight through the
- * generator and NVRTC (one compile per call) instead of the cached request path. */
-/* The compressor is a kernel like any other: table, cache, or template + NVRTC. */
-static sj_status compressor_for(sj_context *ctx, const sj_vnm_layout *l, const loaded_kernel **out)
+/* The compressor is a kernel like any other (table, cache, or template + NVRTC), under the
+ * vnm-compress problem of the layout (n is unused: 1). */
+static void compress_problem(const sj_vnm_layout *l, sj_problem *p)
 {
-    sj_problem p;
-    sj_problem_init(&p, SJ_OP_VNM_COMPRESS, l->dtype, l->rows, 1, l->cols);
-    p.vnm_v = l->v;
-    p.vnm_n = l->n;
-    p.vnm_m = l->m;
-    sj_status st = rt_kernel_for(ctx, &p, out);
-    return st == SJ_OK ? st : error_prefix(st, "the V:N:M compressor kernel");
+    sj_problem_init(p, SJ_OP_VNM_COMPRESS, l->dtype, l->rows, 1, l->cols);
+    p->vnm_v = l->v;
+    p->vnm_n = l->n;
+    p->vnm_m = l->m;
 }
 
 /* The message of the first violation the kernel found (its key: see templates/vnm_compress.lua). */
-static sj_status pattern_error(const sj_vnm_layout *l, unsigned long long key)
+sj_status sj_vnm_pattern_status(const sj_vnm_layout *l, uint64_t key)
 {
+    sj_status st = vnm_layout_check(l, "sj_vnm_pattern_status");
+    if (st != SJ_OK) return st;
+    if (key == ~0ull) return SJ_OK;
     long long gp = (long long)l->k_tiles * 8, sub = (long long)(key % (unsigned long long)(l->v + 1));
     long long blk = (long long)(key / (unsigned long long)(l->v + 1)), rb = blk / gp, g = blk % gp;
+    if (rb >= l->row_blocks || g >= l->groups)
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
+                         "sj_vnm_pattern_status: word 0x%llx names row block %lld, group %lld; the layout has %lld row "
+                         "blocks of %lld groups (not a word the compressor wrote for this layout)",
+                         (unsigned long long)key, rb, g, (long long)l->row_blocks, (long long)l->groups);
     long long c0 = g * l->m, c1 = c0 + l->m < l->cols ? c0 + l->m - 1 : l->cols - 1;
     if (sub == 0) {
         long long r0 = rb * l->v, r1 = r0 + l->v < l->rows ? r0 + l->v - 1 : l->rows - 1;
@@ -155,6 +161,49 @@ static sj_status pattern_error(const sj_vnm_layout *l, unsigned long long key)
                    l->n, l->m, rb * l->v + sub - 1, c0, c1, g);
 }
 
+sj_status sj_vnm_compress_device_ws(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,
+                                    sj_vnm_select select, const sj_vnm_device *out, sj_devptr workspace,
+                                    size_t workspace_bytes, void *stream)
+{
+    const char *what = "sj_vnm_compress_device_ws";
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", what);
+    sj_status st = vnm_layout_check(l, what);
+    if (st != SJ_OK) return st;
+    if (memcmp(&out->layout, l, sizeof *l))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: out->layout differs from layout (fill it with the same "
+                         "sj_vnm_layout_init)", what);
+    if ((st = rt_check_ptr("A", A, 2)) != SJ_OK || (st = rt_check_ptr("out->values", out->values, 16)) != SJ_OK ||
+        (st = rt_check_ptr("out->meta", out->meta, 16)) != SJ_OK ||
+        (st = rt_check_ptr("out->index", out->index, 16)) != SJ_OK ||
+        (st = rt_check_ptr("workspace", workspace, 16)) != SJ_OK)
+        return st;
+    if (lda < l->cols)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: lda = %lld is less than cols = %lld", what, (long long)lda,
+                         (long long)l->cols);
+    if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: select = %d is not an sj_vnm_select (0 exact, 1 L2, 2 L1)",
+                         what, (int)select);
+    sj_problem p;
+    compress_problem(l, &p);
+    size_t need;
+    if ((st = sj_workspace_size(&p, &need)) != SJ_OK) return st;
+    if (workspace_bytes < need)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: workspace_bytes = %zu; the compressor needs at least %zu",
+                         what, workspace_bytes, need);
+    if ((st = rt_require_gpu(ctx, "compressing on the device")) != SJ_OK) return st;
+    const loaded_kernel *k;
+    if ((st = rt_kernel_for(ctx, &p, &k)) != SJ_OK) return error_prefix(st, "the V:N:M compressor kernel");
+    /* no violation yet: all ones, which atomicMin lowers to the first one found */
+    CUresult r = cu.cuMemsetD32Async(workspace, 0xffffffffu, 2, (CUstream)stream);
+    if (r != CUDA_SUCCESS) return cuda_error(r, "cuMemsetD32Async (the compressor's violation word)");
+    long long ld = (long long)lda;
+    int sel = (int)select;
+    sj_devptr values = out->values, meta = out->meta, index = out->index;
+    void *args[] = { &A, &ld, &sel, &values, &meta, &index, &workspace };
+    return rt_launch(ctx, k, args, stream);
+}
+
 sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,
                                  sj_vnm_select select, sj_vnm_device *out, void *stream)
 {
@@ -163,35 +212,23 @@ sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_dev
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: ctx is NULL");
     sj_status st = vnm_layout_check(l, "sj_vnm_compress_device");
     if (st != SJ_OK) return st;
-    if ((st = rt_check_ptr("A", A, 2)) != SJ_OK) return st;
-    if (lda < l->cols)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: lda = %lld is less than cols = %lld",
-                       (long long)lda, (long long)l->cols);
-    if (select != SJ_VNM_EXACT && select != SJ_VNM_PRUNE_L2 && select != SJ_VNM_PRUNE_L1)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: select = %d is not an sj_vnm_select", (int)select);
     if ((st = rt_require_gpu(ctx, "compressing on the device")) != SJ_OK) return st;
-    const loaded_kernel *k;
-    if ((st = compressor_for(ctx, l, &k)) != SJ_OK) return st;
-    sj_devptr err_word = 0;
+    sj_devptr work = 0;
     unsigned long long key = ~0ull;
     CUresult r = CUDA_SUCCESS;
-    if ((st = device_alloc(ctx, l, out)) != SJ_OK || (st = sj_malloc(ctx, sizeof key, &err_word)) != SJ_OK ||
-        (st = sj_memset_u8(ctx, err_word, 0xff, sizeof key)) != SJ_OK)
+    if ((st = device_alloc(ctx, l, out)) != SJ_OK || (st = sj_malloc(ctx, 16, &work)) != SJ_OK ||
+        (st = sj_vnm_compress_device_ws(ctx, l, A, lda, select, out, work, 16, stream)) != SJ_OK)
         goto done;
-    long long ld = (long long)lda;
-    int sel = (int)select;
-    void *args[] = { &A, &ld, &sel, &out->values, &out->meta, &out->index, &err_word };
-    if ((st = rt_launch(ctx, k, args, stream)) != SJ_OK) goto done;
     /* The violation word is read back, so the kernel must be done first. */
     if ((r = cu.cuStreamSynchronize((CUstream)stream)) != CUDA_SUCCESS) {
         st = cuda_error(r, "cuStreamSynchronize (V:N:M compressor)");
         goto done;
     }
-    if ((st = sj_memcpy_dtoh(ctx, &key, err_word, sizeof key)) != SJ_OK) goto done;
-    if (key != ~0ull) st = pattern_error(l, key);
+    if ((st = sj_memcpy_dtoh(ctx, &key, work, sizeof key)) != SJ_OK) goto done;
+    st = sj_vnm_pattern_status(l, key);
 done:
-    if (err_word) {
-        sj_status s2 = sj_free(ctx, err_word);
+    if (work) {
+        sj_status s2 = sj_free(ctx, work);
         if (st == SJ_OK) st = s2;
     }
     /* On failure the message is already set; freeing out must not replace it. */

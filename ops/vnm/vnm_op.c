@@ -79,6 +79,10 @@ const op_desc op_vnm_spmm = {
     .n_variants = sizeof variants_spmm / sizeof *variants_spmm,
 };
 
+/* The compressor's workspace: its 64-bit pattern-violation word (templates/vnm_compress.lua),
+ * padded to 16 bytes so that whatever follows it in a caller's buffer stays aligned. */
+static size_t compress_workspace(const sj_problem *p) { return 16; }
+
 /* A format conversion: no tuning space worth searching, no cuBLAS counterpart to bench. */
 const op_desc op_vnm_compress = {
     .op = SJ_OP_VNM_COMPRESS,
@@ -90,6 +94,7 @@ const op_desc op_vnm_compress = {
     .key_text = key_text,
     .fill_defaults = fill_defaults,
     .label = label,
+    .workspace = compress_workspace,
     .example = example_compress,
     .variants = variants_compress,
     .n_variants = sizeof variants_compress / sizeof *variants_compress,

@@ -1,0 +1,162 @@
+/* test_workspace.c: on the CPU, what a binding checks at load time (the ABI version, every public
+ * struct's size as the library was built) and the caller-provided workspaces: the size query
+ * (the FFN's pairs workspace against the template's own formula and the 4 x tokens x d_ff lower
+ * bound, the compressor's violation word, none for the other ops), the argument errors of
+ * sj_twell_ffn_ws and sj_vnm_compress_device_ws (each naming the argument, before any GPU is
+ * needed; right arguments then fail for want of a GPU), and the decoding of a violation word. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void test_abi(void **state)
+{
+    assert_int_equal(sj_abi_version(), SJ_ABI_VERSION);
+    const struct { const char *name; size_t size; } structs[] = {
+        { "sj_problem", sizeof(sj_problem) },           { "sj_context_options", sizeof(sj_context_options) },
+        { "sj_device_info", sizeof(sj_device_info) },   { "sj_stats", sizeof(sj_stats) },
+        { "sj_generated", sizeof(sj_generated) },       { "sj_kernel_info", sizeof(sj_kernel_info) },
+        { "sj_vnm_layout", sizeof(sj_vnm_layout) },     { "sj_vnm_host", sizeof(sj_vnm_host) },
+        { "sj_vnm_device", sizeof(sj_vnm_device) },     { "sj_twell_layout", sizeof(sj_twell_layout) },
+        { "sj_twell_host", sizeof(sj_twell_host) },     { "sj_twell_device", sizeof(sj_twell_device) },
+        { "sj_tune_progress", sizeof(sj_tune_progress) }, { "sj_tune_options", sizeof(sj_tune_options) },
+        { "sj_tune_trial", sizeof(sj_tune_trial) },     { "sj_tune_result", sizeof(sj_tune_result) },
+        { "sj_bench_result", sizeof(sj_bench_result) },
+    };
+    for (size_t i = 0; i < sizeof structs / sizeof *structs; i++) {
+        size_t got = 12345;
+        SJ_ASSERT_OK(sj_struct_size(structs[i].name, &got));
+        assert_int_equal(got, structs[i].size);
+    }
+    size_t got;
+    SJ_ASSERT_STATUS(sj_struct_size("sj_context", &got), SJ_ERR_INVALID_ARGUMENT, "sj_problem");
+    SJ_ASSERT_STATUS(sj_struct_size(NULL, &got), SJ_ERR_INVALID_ARGUMENT, "name");
+    SJ_ASSERT_STATUS(sj_struct_size("sj_problem", NULL), SJ_ERR_INVALID_ARGUMENT, "out");
+}
+
+static void ffn_problem(int64_t tokens, int64_t d_model, int64_t d_ff, sj_twell_layout *l, sj_problem *p)
+{
+    SJ_ASSERT_OK(sj_twell_layout_init(l, SJ_DTYPE_BF16, tokens, d_ff, 128, 16));
+    SJ_ASSERT_OK(sj_twell_ffn_problem(l, d_model, SJ_DTYPE_BF16, p));
+}
+
+static void test_size_query(void **state)
+{
+    uint64_t rng = tu_seed();
+    for (int trial = 0; trial < 50; trial++) {
+        int64_t tokens = 1 + (int64_t)((tu_uniform(&rng) + 1) * 5000), d_ff = 8 + (int64_t)((tu_uniform(&rng) + 1) * 9000);
+        sj_twell_layout l;
+        sj_problem p;
+        ffn_problem(tokens, 64, d_ff, &l, &p);
+        size_t bytes = 0;
+        SJ_ASSERT_OK(sj_workspace_size(&p, &bytes));
+        /* templates/lib/twell_pairs.lua: 4 * (list_offset(M) + ceil64(M' / 8 * ceil(F / 256)) + M' * F') */
+        size_t m5 = (size_t)((tokens + 511) / 512) * 512, f5 = (size_t)((d_ff + 511) / 512) * 512;
+        size_t list_offset = (size_t)((2 + (tokens + 255) / 256 + 63) / 64) * 64;
+        size_t slot_counts = (m5 / 8 * (size_t)((d_ff + 255) / 256) + 63) / 64 * 64;
+        assert_int_equal(bytes, 4 * (list_offset + slot_counts + m5 * f5));
+        assert_true(bytes >= 4 * (size_t)tokens * (size_t)d_ff);
+    }
+    sj_vnm_layout vl;
+    sj_problem p;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&vl, SJ_DTYPE_F16, 64, 2, 8, 300, 200));
+    sj_problem_init(&p, SJ_OP_VNM_COMPRESS, SJ_DTYPE_F16, 300, 1, 200);
+    p.vnm_v = 64, p.vnm_n = 2, p.vnm_m = 8;
+    size_t bytes = 99;
+    SJ_ASSERT_OK(sj_workspace_size(&p, &bytes));
+    assert_int_equal(bytes, 16);
+    SJ_ASSERT_OK(sj_vnm_problem(&vl, 64, SJ_DTYPE_F32, &p));
+    SJ_ASSERT_OK(sj_workspace_size(&p, &bytes));
+    assert_int_equal(bytes, 0);
+    sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, 64, 64, 64);
+    bytes = 99;
+    SJ_ASSERT_OK(sj_workspace_size(&p, &bytes));
+    assert_int_equal(bytes, 0);
+    SJ_ASSERT_STATUS(sj_workspace_size(&p, NULL), SJ_ERR_INVALID_ARGUMENT, "bytes");
+    p.m = 0;
+    SJ_ASSERT_STATUS(sj_workspace_size(&p, &bytes), SJ_ERR_INVALID_ARGUMENT, "problem.m");
+    SJ_ASSERT_STATUS(sj_workspace_size(NULL, &bytes), SJ_ERR_INVALID_ARGUMENT, "problem");
+}
+
+static void test_ffn_ws_arguments(void **state)
+{
+    sj_context *ctx = tu_compile_context("sm_90a");
+    sj_twell_layout l;
+    sj_problem p;
+    ffn_problem(1000, 256, 2048, &l, &p);
+    size_t need;
+    SJ_ASSERT_OK(sj_workspace_size(&p, &need));
+    sj_twell_device H = { .layout = l, .entries = 0x100000, .counts = 0x200000, .spill = 0x300000 };
+    sj_devptr X = 0x400000, WuT = 0x500000, Wd = 0x600000, Y = 0x700000, W = 0x800000;
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, 0, need, NULL), SJ_ERR_INVALID_ARGUMENT, "workspace");
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, W + 8, need, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "16-byte aligned");
+    char msg[64];
+    snprintf(msg, sizeof msg, "at least %zu", need);
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, W, need - 1, NULL), SJ_ERR_INVALID_ARGUMENT, msg);
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, 0, W, need, NULL), SJ_ERR_INVALID_ARGUMENT, "Y");
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(NULL, &p, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_INVALID_ARGUMENT, "ctx");
+    sj_problem gate;
+    SJ_ASSERT_OK(sj_twell_gate_problem(&l, 256, &gate));
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &gate, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "expected twell-ffn");
+    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_NO_GPU, NULL);
+    sj_context_destroy(ctx);
+}
+
+static void test_compress_ws_arguments(void **state)
+{
+    sj_context *ctx = tu_compile_context("sm_90a");
+    sj_vnm_layout l, other;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, SJ_DTYPE_F16, 64, 2, 8, 300, 200));
+    SJ_ASSERT_OK(sj_vnm_layout_init(&other, SJ_DTYPE_F16, 64, 2, 8, 300, 208));
+    sj_vnm_device out = { .layout = l, .values = 0x100000, .meta = 0x200000, .index = 0x300000 };
+    sj_vnm_device wrong = out;
+    wrong.layout = other;
+    sj_devptr A = 0x400000, W = 0x500000;
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_PRUNE_L2, &wrong, W, 16, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "out->layout");
+    sj_vnm_device no_meta = out;
+    no_meta.meta = 0;
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_PRUNE_L2, &no_meta, W, 16, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "out->meta");
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 199, SJ_VNM_PRUNE_L2, &out, W, 16, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "lda = 199");
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, (sj_vnm_select)7, &out, W, 16, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "select = 7");
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, W, 8, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "at least 16");
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, 0, 16, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "workspace");
+    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, W, 16, NULL), SJ_ERR_NO_GPU,
+                     NULL);
+    sj_context_destroy(ctx);
+}
+
+/* The word is ((row block * groups padded to k_tiles * 8) + group) * (V + 1) + (0: the block's
+ * columns, 1 + r: row r of the block), templates/vnm_compress.lua. */
+static void test_pattern_status(void **state)
+{
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, SJ_DTYPE_BF16, 32, 2, 8, 100, 70));
+    SJ_ASSERT_OK(sj_vnm_pattern_status(&l, ~0ull));
+    uint64_t gp = (uint64_t)l.k_tiles * 8;
+    SJ_ASSERT_STATUS(sj_vnm_pattern_status(&l, ((2 * gp + 3) * 33)), SJ_ERR_PATTERN,
+                     "rows 64..95, columns 24..31 (row block 2, group 3)");
+    SJ_ASSERT_STATUS(sj_vnm_pattern_status(&l, ((3 * gp + 8) * 33) + 1 + 2), SJ_ERR_PATTERN,
+                     "row 98 has more than 2 non-zeros in columns 64..69 (group 8)");
+    SJ_ASSERT_STATUS(sj_vnm_pattern_status(&l, ((4 * gp) * 33)), SJ_ERR_INVALID_ARGUMENT, "row block 4");
+    SJ_ASSERT_STATUS(sj_vnm_pattern_status(NULL, 0), SJ_ERR_INVALID_ARGUMENT, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_abi),
+        cmocka_unit_test(test_size_query),
+        cmocka_unit_test(test_ffn_ws_arguments),
+        cmocka_unit_test(test_compress_ws_arguments),
+        cmocka_unit_test(test_pattern_status),
+    };
+    return TU_RUN_TESTS(tests, NULL, NULL);
+}
