@@ -35,6 +35,7 @@ static sj_status gemm_setup(harness *h, uint64_t seed)
     if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
     if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
     h->out_count = (size_t)(p->m * p->n);
+    h->out_rows = p->m;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) return st;
     h->out = s->C;
@@ -66,5 +67,6 @@ const harness_ops harness_gemm = {
     .launch = gemm_launch,
     .reference = gemm_reference,
     .flops = gemm_flops,
+    .baseline = harness_baseline_gemm,
     .teardown = gemm_teardown,
 };

@@ -67,6 +67,7 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
         (st = harness_upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(p->m * p->n);
+    h->out_rows = p->m;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) goto done;
     h->out = s->C;
@@ -112,5 +113,6 @@ const harness_ops harness_vnm = {
     .launch = vnm_launch,
     .reference = vnm_reference,
     .flops = vnm_flops,
+    .baseline = harness_baseline_gemm,
     .teardown = vnm_teardown,
 };
