@@ -2,7 +2,8 @@
  * name and template, which sj_problem fields it reads, its own validation and cache-key text,
  * whether it is tuned, and the harness that times and checks it. The runtime, the tuner, the CLI
  * and the Lua module look an op up here instead of switching on sj_op; adding an op is a folder
- * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md).
+ * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md). Beside the
+ * ops, a table of benchmarks that are not one op's kernel (op_bench: the FFN block).
  *
  * The descriptors live with their ops (ops/<family>/<family>_op.c), which sit above the runtime
  * they launch through; the table names them as data, and this floor calls into them only

@@ -1,6 +1,7 @@
-/* gemm_harness.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
- * device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K), and the reference
- * from templates/gemm_reference.lua over the same inputs. */
+/* gemm_harness.c: the harness of dense GEMM (C = A.B, row-major), the tuner's and every bench's:
+ * random A and B on the device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K),
+ * the reference from templates/gemm_reference.lua over the same inputs, and the same GEMM on
+ * cuBLAS as the baseline. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"

@@ -1,6 +1,7 @@
-/* vnm_harness.c: the tuner's harness for V:N:M SpMM (C = alpha * A_vnm . B + beta * C): a random
- * dense A pruned to V:N:M by magnitude and compressed on the host, random B, a launch of a given
- * kernel with the vnm-spmm ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
+/* vnm_harness.c: the harness of V:N:M SpMM (C = alpha * A_vnm . B + beta * C), the tuner's and
+ * every bench's (baseline: the dense GEMM of the same shape): a random dense A pruned to V:N:M
+ * by magnitude and compressed on the host, random B, a launch of a given kernel with the vnm-spmm
+ * ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
  * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
  * neither the format's device path nor the sparse kernel's arithmetic. beta = 0 (C not read),
  * so the NaN-poisoned output catches unwritten elements; alpha != 1 checks the scaling. */
