@@ -100,12 +100,18 @@ for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)
   [ $quick -eq 1 ] && [ "$tok" = 2048 ] && { [ "$sp" != 0.99 ] || [ "$1" != 4096 ]; } && continue
   [ $lean -eq 1 ] && { [ "$sp" = 0.90 ] || [ "$sp" = 0.95 ]; } && continue
-  bench --op twell-ffn --shape "${tok}x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
+  bench --op twell-ffn-block --shape "${tok}x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
 done; done; done
+# The fused FFN alone (what the tuner times and `tune --op twell-ffn` picks by) against the dense
+# products it replaces: the up GEMM, H (.) up and the down GEMM.
+for dims in "2048 5632" "4096 11008"; do for sp in 0.99 0.999; do
+  set -- $dims
+  bench --op twell-ffn --shape "8192x$1x$1" --d-ff "$2" --dtype f16 --sparsity $sp
+done; done
 # The same block on inputs whose tokens share busy units (--skew 1: the busiest fifth of d_ff
 # fires about 3/4 of the non-zeros), as activations trained with an L1 penalty do; iid stays the headline.
 for sp in 0.95 0.99; do
-  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --skew 1
+  bench --op twell-ffn-block --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --skew 1
 done
 # At 95% and 99% the default is the pairs kernel on tensor cores (ALGO=2); the token-block kernel
 # (ALGO=0, the default elsewhere) and the CUDA-core pairs kernel (ALGO=1) in the same run.
@@ -113,12 +119,12 @@ if [ $lean -eq 0 ]; then
   blocks="ALGO=0,NT=1,PERSIST=0,PIPE=0,ROUND=16384,SLOTS=16,STAGES=4,UCAP=512,UT=1024,WARPS=8"
   pairs="ALGO=1,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0"
   for sp in 0.95 0.99; do
-    bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --config $blocks
+    bench --op twell-ffn-block --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity $sp --config $blocks
   done
-  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
-  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
+  bench --op twell-ffn-block --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.95 --config $pairs,WARPS=16,UT=256,SLOTS=32,STAGES=3
+  bench --op twell-ffn-block --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.99 --config $pairs,WARPS=16,UT=512,SLOTS=16,STAGES=3
   # ALGO=2 at 99.9%, where the default switches to ALGO=0 (templates/twell_ffn.lua, default_pairs)
-  bench --op twell-ffn --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.999 --config ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3
+  bench --op twell-ffn-block --shape 8192x4096x4096 --d-ff 11008 --dtype f16 --sparsity 0.999 --config ALGO=2,NT=1,ROUND=1024,UCAP=128,PIPE=0,PERSIST=0,SLOTS=16,WARPS=16,UT=512,STAGES=3
 fi
 # The gate alone (dense GEMM + ReLU + TwELL epilogue) against one cuBLAS GEMM of its shape.
 for dt in $dtypes; do for shape in 2048x5632x2048 8192x11008x4096; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""results_md.py: bench/gpu_check.sh's bench CSV as bench/RESULTS.md's tables, one per op.
+"""results_md.py: bench/gpu_check.sh's bench CSV as bench/RESULTS.md's tables, one per op or benchmark.
 
     bench/results_md.py BENCH_CSV --gpu NAME --commit SHA [--date YYYY-MM-DD]
 
@@ -17,7 +17,8 @@ OPS = [
     ("gemm", "Dense GEMM (the template) vs cuBLAS"),
     ("vnm-spmm", "V:N:M SpMM vs cuBLAS dense of the same shape"),
     ("twell-gate", "TwELL gate (GEMM + ReLU + TwELL epilogue) vs one cuBLAS GEMM"),
-    ("twell-ffn", "TwELL FFN block (gate + fused FFN) vs cuBLAS's three GEMMs + element-wise"),
+    ("twell-ffn", "twell-ffn: the fused FFN alone (TwELL H given) vs cuBLAS up GEMM + H (.) up + down GEMM"),
+    ("twell-ffn-block", "twell-ffn-block: TwELL FFN block (gate + fused FFN) vs cuBLAS's three GEMMs + relu(gate) (.) up"),
 ]
 
 

@@ -1,15 +1,14 @@
 /* cli_problem.c: parsing of the shared problem options (see cli_problem.h). */
 #include "cli/cli_problem.h"
-#include "core/op.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char cli_problem_help[] =
-    "  --op OP            gemm | vnm-spmm | twell-gate | twell-ffn (default gemm)\n"
+static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
-    "                     twell-gate: tokens x d_ff x d_model; twell-ffn: tokens x d_model x d_model)\n"
+    "                     twell-gate: tokens x d_ff x d_model; twell-ffn and twell-ffn-block:\n"
+    "                     tokens x d_model x d_model)\n"
     "  --dtype T          input dtype: f16 | bf16 (default f16)\n"
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
     "  --vnm V:N:M        V:N:M sparsity for vnm-spmm (default 64:2:8)\n"
@@ -22,12 +21,65 @@ const char cli_problem_help[] =
     "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n";
 
 static int out_set, shape_set;
+static cli_ops takes;
+static const op_bench *bench;
 
-void cli_problem_begin(sj_problem *p)
+const char *cli_problem_help(cli_ops ops)
+{
+    static char text[2048];
+    int n = snprintf(text, sizeof text, "  --op OP            %s %s (default gemm)\n", ops == CLI_OPS_ALL ? "one of" : "an op:",
+                     ops == CLI_OPS_ALL ? op_names() : op_tunable_names());
+    if (ops == CLI_OPS_BENCH)
+        n += snprintf(text + n, sizeof text - (size_t)n, "                     or a benchmark of several kernels: %s\n",
+                      op_bench_names());
+    snprintf(text + n, sizeof text - (size_t)n, "%s", options_help);
+    return text;
+}
+
+void cli_problem_begin(sj_problem *p, cli_ops ops)
 {
     sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
     out_set = 0;
     shape_set = 0;
+    takes = ops;
+    bench = NULL;
+}
+
+const op_bench *cli_problem_bench(void) { return bench; }
+
+/* --op NAME: an op the command takes, or (bench) a benchmark; prints why not. */
+static int parse_op(const char *name, sj_problem *p)
+{
+    const op_bench *b = op_bench_find_name(name);
+    if (b && takes == CLI_OPS_BENCH) {
+        p->op = b->op;
+        bench = b;
+        return 1;
+    }
+    if (b) {
+        fprintf(stderr, "sparsejit: --op %s is a benchmark of %s, not an op: `sparsejit bench` runs it; %s its parts, "
+                "one of %s\n", name, b->parts, takes == CLI_OPS_TUNABLE ? "tune" : "generate",
+                takes == CLI_OPS_TUNABLE ? op_tunable_names() : op_names());
+        return 0;
+    }
+    const op_desc *d = op_find_name(name);
+    if (!d && takes == CLI_OPS_BENCH) {
+        fprintf(stderr, "sparsejit: --op: unknown op '%s'; expected an op (%s) or a benchmark (%s)\n", name,
+                op_tunable_names(), op_bench_names());
+        return 0;
+    }
+    if (!d) {
+        fprintf(stderr, "sparsejit: --op: unknown op '%s'; expected one of %s\n", name, op_names());
+        return 0;
+    }
+    if (takes != CLI_OPS_ALL && !d->harness) {
+        fprintf(stderr, "sparsejit: --op %s is a conversion with one config: nothing to %s; expected one of %s\n", name,
+                takes == CLI_OPS_TUNABLE ? "tune" : "time against a dense baseline", op_tunable_names());
+        return 0;
+    }
+    p->op = d->op;
+    bench = NULL;
+    return 1;
 }
 
 static int parse_ints(const char *s, char sep, long long *v, int n)
@@ -61,9 +113,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
     const char *val = argv[++*i];
     long long v[3];
     if (!strcmp(opt, "--op")) {
-        sj_op op;
-        if (sj_op_parse(val, &op) != SJ_OK) goto bad;
-        p->op = op;
+        if (!parse_op(val, p)) return -1;
     } else if (!strcmp(opt, "--shape")) {
         if (!parse_ints(val, 'x', v, 3)) {
             fprintf(stderr, "sparsejit: --shape '%s': expected MxNxK, e.g. 4096x4096x4096\n", val);
@@ -123,6 +173,18 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
 bad:
     fprintf(stderr, "sparsejit: %s: %s\n", opt, sj_last_error());
     return -1;
+}
+
+int cli_parse_int(const char *cmd, const char *opt, const char *val, long long lo, long long hi, long long *out)
+{
+    char *end;
+    long long v = strtoll(val, &end, 10);
+    if (end == val || *end || v < lo || v > hi) {
+        fprintf(stderr, "sparsejit %s: %s '%s': expected an integer in %lld..%lld\n", cmd, opt, val, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
 }
 
 int cli_problem_finish(sj_problem *p)

@@ -1,20 +1,32 @@
 /* cli_problem.h: the problem options every CLI command shares (--op --shape --dtype --out
- * --vnm --twell --d-ff), parsed into an sj_problem with messages that name the option. */
+ * --vnm --twell --d-ff --sparsity --skew), parsed into an sj_problem with messages that name the
+ * option, and the integer options of the commands. What --op takes depends on the command: every op (gen), the tunable ones (tune), or
+ * those and the benchmarks that are not one op (bench: core/op.h's op_bench). */
 #ifndef SJ_CLI_PROBLEM_H
 #define SJ_CLI_PROBLEM_H
 
 #include "sparsejit.h"
+#include "core/op.h"
 
+typedef enum cli_ops {
+    CLI_OPS_ALL,             /* gen: every op */
+    CLI_OPS_TUNABLE,         /* tune: the ops with a harness */
+    CLI_OPS_BENCH            /* bench: the ops with a harness and the benchmarks */
+} cli_ops;
 
-/* Options text for --help. */
-extern const char cli_problem_help[];
+/* Options text for --help, its --op line listing what the command takes. */
+const char *cli_problem_help(cli_ops ops);
 
-/* Starts a problem: gemm, f16, no shape. */
-void cli_problem_begin(sj_problem *p);
+/* Starts a problem: gemm, f16, no shape; --op takes what ops says. */
+void cli_problem_begin(sj_problem *p, cli_ops ops);
 /* If argv[*i] is a problem option, consumes it (and its value), returns 1; 0 if it is not one;
  * -1 after printing an error to stderr. */
 int cli_problem_option(int argc, char **argv, int *i, sj_problem *p);
 /* Fills defaults that depend on the op (V:N:M 64:2:8, TwELL 128:16) and validates; prints why not. */
 int cli_problem_finish(sj_problem *p);
+/* An integer option of command cmd ("tune") in lo..hi into *out; 0 after printing why not. */
+int cli_parse_int(const char *cmd, const char *opt, const char *val, long long lo, long long hi, long long *out);
+/* The benchmark --op named (its op is the problem's), NULL when it named an op. */
+const op_bench *cli_problem_bench(void);
 
 #endif

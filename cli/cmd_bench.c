@@ -1,59 +1,101 @@
-/* cmd_bench.c: `sparsejit bench`: times one op at one shape with the tuner's method (events,
- * L2 flush, median of many) and the dense cuBLAS work it replaces, interleaved in rounds so
- * clock drift under load hits both alike; prints a row (table, CSV or JSON). */
-#include "tuner/harness.h"
+/* cmd_bench.c: `sparsejit bench`: the command line of bench_run (tuner/bench.h), which times an
+ * op (through the tuner's harness: its inputs, check and FLOP count) or a benchmark of several
+ * kernels, and the dense work it replaces, interleaved in rounds; prints a row (table, CSV or
+ * JSON). */
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/op.h"
-#include "runtime/runtime.h"
-#include "tuner/tuner.h"
+#include "tuner/bench.h"
 
-#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct launch_ctx { sj_context *ctx; const bench_op *op; bench_case *c; } launch_ctx;
-
-static sj_status launch_once(void *user)
-{
-    launch_ctx *l = user;
-    return l->op->launch(l->ctx, l->c);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return measure_quantile(v, n, 0.5);
-}
-
 static void help(void)
 {
     printf("usage: sparsejit bench --op OP --shape MxNxK [options]\n\n"
-           "Times the op's kernel (tuned winner if cached, else the template default) and the dense\n"
-           "cuBLAS GEMM(s) it replaces, interleaved over rounds, and prints time, TFLOP/s of useful\n"
-           "work and the speedup over cuBLAS.\n\n%s"
-           "  --config C         force a tuning config (e.g. BM=128,BN=128)\n"
-           "  --rounds N         interleaved rounds of op and cuBLAS timing (default 5)\n"
-           "  --no-cublas        skip the cuBLAS baseline\n"
-           "  --csv | --json     machine-readable output (--csv-header prints the header first)\n",
-           cli_problem_help);
+           "Times an op's kernel (tuned winner if cached, else the template default) on the inputs the\n"
+           "tuner uses, checked first against the tuner's reference (sampled rows for twell-ffn), or a\n"
+           "benchmark of several kernels, and the dense work it replaces, interleaved over rounds; prints\n"
+           "time, TFLOP/s of useful work (the tuner's count) and the speedup over the dense baseline.\n\n%s"
+           "  --config C         force a tuning config (e.g. BM=128,BN=128); for a benchmark, of its\n"
+           "                     problem's op (twell-ffn-block: the FFN's)\n"
+           "  --rounds N         interleaved rounds of op and baseline timing, 1..100 (default 5)\n"
+           "  --seed N           seed of the random inputs (default 1)\n"
+           "  --no-cublas        skip the baseline\n"
+           "  --csv | --json     machine-readable output (--csv-header prints the header first)\n\n"
+           "The dense baseline, run back to back: GEMMs on cuBLAS (input dtype, fp32 accumulation),\n"
+           "element-wise products on a vectorized kernel (cuBLAS has none). Per op:\n",
+           cli_problem_help(CLI_OPS_BENCH));
+    for (int i = 0; i < op_count(); i++)
+        if (op_at(i)->harness) printf("  %-16s %s\n", op_at(i)->name, op_at(i)->baseline_help);
+    for (int i = 0; i < op_bench_count(); i++) printf("  %-16s %s\n", op_bench_at(i)->name, op_bench_at(i)->summary);
+}
+
+/* The row: a table for people, or one CSV line or JSON object. */
+static void print_row(sj_context *ctx, const char *name, const sj_problem *p, const op_bench *b, const bench_options *bo,
+                      const bench_result *r, int csv, int csv_header, int json)
+{
+    const op_desc *desc = op_find(p->op);
+    char described[256], sp[64] = "";
+    sj_problem_describe(p, described, sizeof described);
+    if (desc->label) desc->label(p, sp, sizeof sp);
+    const sj_bench_result *k = &r->run;
+    const char *origin = k->origin == SJ_CONFIG_TUNED ? "tuned" : k->origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default";
+    const char *source = k->source == SJ_FROM_COMPILE ? "compiled" : k->source == SJ_FROM_CACHE ? "cache" : "table";
+    double cb_us = bo->cublas ? r->cublas_us : -1.0, cb_tf = bo->cublas ? r->cublas_tflops : -1.0;
+    double speedup = bo->cublas ? r->speedup : -1.0;
+    sj_device_info d;
+    sj_get_device_info(ctx, &d);
+    if (json) {
+        printf("{\"gpu\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"out_dtype\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
+               "\"sparsity\":\"%s\",\"config\":\"%s\",\"config_origin\":\"%s\",\"first_call_ms\":%.3f,\"first_call_source\":\"%s\","
+               "\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.2f,\"cublas_us\":%.3f,\"cublas_tflops\":%.2f,"
+               "\"speedup\":%.3f,\"check_rel_err\":%.3g}\n",
+               d.name, name, sj_dtype_name(p->dtype), sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n,
+               (long long)p->k, sp, k->config, origin, r->first_ms, source, k->median_us, k->p20_us, k->p80_us, k->tflops,
+               cb_us, cb_tf, speedup, k->rel_error);
+    } else if (csv) {
+        if (csv_header)
+            printf("gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,"
+                   "cublas_us,cublas_tflops,speedup,check_rel_err\n");
+        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f,%.3g\n", d.name, name,
+               sj_dtype_name(p->dtype), sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n, (long long)p->k, sp,
+               k->config, origin, r->first_ms, source, k->median_us, k->p20_us, k->p80_us, k->tflops, cb_us, cb_tf, speedup,
+               k->rel_error);
+    } else {
+        if (b) printf("%s (%s) of %s on %s\n", name, b->parts, described, d.name);
+        else printf("%s on %s\n", described, d.name);
+        printf("  kernel   %s %s config %s%s\n", r->template_name, origin, k->config, b ? " (the last part)" : "");
+        printf("  first    %.2f ms (%s, incl. one launch)\n", r->first_ms, source);
+        printf("  checked  against the reference: relative error %.2e\n", k->rel_error);
+        printf("  time     %.2f us median (p20 %.2f, p80 %.2f) over %d rounds, %.1f TFLOP/s useful\n", k->median_us,
+               k->p20_us, k->p80_us, bo->rounds, k->tflops);
+        if (bo->cublas) {
+            int gemms = 0;
+            for (int i = 0; i < r->n_baseline; i++) gemms += r->baseline[i].kind == BASELINE_GEMM;
+            char products[32] = "";
+            if (gemms < r->n_baseline) snprintf(products, sizeof products, " + %d element-wise", r->n_baseline - gemms);
+            printf("  cuBLAS   %.2f us dense (%d GEMM%s%s), %.1f TFLOP/s\n  speedup  %.3fx vs cuBLAS dense\n", r->cublas_us,
+                   gemms, gemms > 1 ? "s" : "", products, r->cublas_tflops, r->speedup);
+        }
+    }
 }
 
 int cmd_bench(int argc, char **argv)
 {
     sj_problem p;
-    cli_problem_begin(&p);
+    cli_problem_begin(&p, CLI_OPS_BENCH);
     const char *config = NULL;
-    int rounds = 5, cublas = 1, csv = 0, json = 0, csv_header = 0;
+    int csv = 0, json = 0, csv_header = 0;
+    long long v;
+    bench_options bo;
+    bench_options_init(&bo);
+    bo.rounds = 5;
+    bo.measure.warmup_ms = 10;
+    bo.measure.rep_ms = 40;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
         if (r < 0) return 2;
@@ -62,8 +104,13 @@ int cmd_bench(int argc, char **argv)
             help();
             return 0;
         } else if (i + 1 < argc && !strcmp(argv[i], "--config")) config = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
+        else if (i + 1 < argc && !strcmp(argv[i], "--rounds")) {
+            if (!cli_parse_int("bench", "--rounds", argv[++i], 1, 100, &v)) return 2;
+            bo.rounds = (int)v;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--seed")) {
+            if (!cli_parse_int("bench", "--seed", argv[++i], 0, INT64_MAX, &v)) return 2;
+            bo.seed = (uint64_t)v;
+        } else if (!strcmp(argv[i], "--no-cublas")) bo.cublas = 0;
         else if (!strcmp(argv[i], "--csv")) csv = 1;
         else if (!strcmp(argv[i], "--csv-header")) csv = csv_header = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
@@ -73,16 +120,8 @@ int cmd_bench(int argc, char **argv)
         }
     }
     if (!cli_problem_finish(&p)) return 2;
-    if (rounds < 1 || rounds > 100) {
-        fprintf(stderr, "sparsejit bench: --rounds %d: expected 1..100\n", rounds);
-        return 2;
-    }
-    const op_desc *desc = op_find(p.op);
-    const bench_op *op = desc->bench;
-    if (!op) {
-        fprintf(stderr, "sparsejit bench: op %s has no benchmark\n", sj_op_name(p.op));
-        return 2;
-    }
+    const op_bench *b = cli_problem_bench();
+    const char *name = b ? b->name : sj_op_name(p.op);
     sj_context_options o;
     cli_context_options_init(&o);
     o.require_gpu = 1;
@@ -92,94 +131,18 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     int rc = 1;
-    bench_case *c = NULL;
-    measure_session ms;
-    int session = 0;
+    bench_result r;
     if (config && sj_set_config(ctx, &p, config) != SJ_OK) goto fail;
-    if (op->setup(ctx, &p, &c) != SJ_OK) goto fail;
-
-    /* First call: kernel lookup/compile/load plus one launch, timed on the host. */
-    double t0 = rt_seconds();
-    if (op->launch(ctx, c) != SJ_OK || sj_synchronize(ctx) != SJ_OK) goto fail;
-    double first_ms = (rt_seconds() - t0) * 1e3;
-    sj_kernel_info ki;
-    if (sj_last_kernel_info(ctx, &ki) != SJ_OK) goto fail;
-    double check_err = NAN;
-    if (op->check) {
-        if (op->check(ctx, c, &check_err) != SJ_OK) goto fail;
-        if (!(check_err <= harness_tolerance(&p))) {
-            error_set(SJ_ERR_VERIFY, "config %s computes the wrong result: relative error %.3g against the reference "
-                    "(tolerance %.3g); not timed", ki.config, check_err, harness_tolerance(&p));
-            goto fail;
-        }
+    if (bench_run(ctx, name, &p, &bo, &r) != SJ_OK) goto fail;
+    if (bo.cublas && r.cublas_error[0]) {
+        error_set(SJ_ERR_UNSUPPORTED, "%s timed at %.2f us, but its baseline failed: %s", name, r.run.median_us,
+                  r.cublas_error);
+        goto fail;
     }
-
-    if (measure_begin(ctx, &ms) != SJ_OK) goto fail;
-    session = 1;
-    measure_options mo;
-    measure_options_init(&mo);
-    mo.warmup_ms = 10;
-    mo.rep_ms = 40;
-    int64_t shapes[4][3];
-    int n_base = op->baseline(&p, shapes);
-    double op_us[100], op_p20[100], op_p80[100], cb_us[100];
-    for (int r = 0; r < rounds; r++) {
-        launch_ctx l = { ctx, op, c };
-        measure_result mr;
-        if (measure_run(&ms, &mo, launch_once, &l, &mr) != SJ_OK) goto fail;
-        op_us[r] = mr.median_us;
-        op_p20[r] = mr.p20_us;
-        op_p80[r] = mr.p80_us;
-        if (cublas) {
-            measure_result cr;
-            if (cublas_gemm_seq_time(ctx, p.dtype, n_base, (const int64_t(*)[3])shapes, &mo, &cr) != SJ_OK) goto fail;
-            cb_us[r] = cr.median_us;
-        }
-    }
-    double t_op = median_of(op_us, rounds), p20 = median_of(op_p20, rounds), p80 = median_of(op_p80, rounds);
-    double t_cb = cublas ? median_of(cb_us, rounds) : NAN;
-    double flops = op->flops(&p), dense_flops = 0;
-    for (int i = 0; i < n_base; i++) dense_flops += 2.0 * shapes[i][0] * shapes[i][1] * shapes[i][2];
-    double tf = flops / (t_op * 1e-6) / 1e12, tf_cb = dense_flops / (t_cb * 1e-6) / 1e12;
-    char described[256], sp[64] = "";
-    sj_problem_describe(&p, described, sizeof described);
-    if (desc->label) desc->label(&p, sp, sizeof sp);
-    const char *origin = ki.origin == SJ_CONFIG_TUNED ? "tuned" : ki.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default";
-    const char *source = ki.source == SJ_FROM_COMPILE ? "compiled" : ki.source == SJ_FROM_CACHE ? "cache" : "table";
-    sj_device_info d;
-    sj_get_device_info(ctx, &d);
-    if (json) {
-        printf("{\"gpu\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"out_dtype\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
-               "\"sparsity\":\"%s\",\"config\":\"%s\",\"config_origin\":\"%s\",\"first_call_ms\":%.3f,\"first_call_source\":\"%s\","
-               "\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.2f,\"cublas_us\":%.3f,\"cublas_tflops\":%.2f,"
-               "\"speedup\":%.3f,\"check_rel_err\":%.3g}\n",
-               d.name, sj_op_name(p.op), sj_dtype_name(p.dtype), sj_dtype_name(p.out_dtype), (long long)p.m,
-               (long long)p.n, (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf,
-               cublas ? t_cb : -1.0, cublas ? tf_cb : -1.0, cublas ? t_cb / t_op : -1.0, isnan(check_err) ? -1.0 : check_err);
-    } else if (csv) {
-        if (csv_header)
-            printf("gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,"
-                   "cublas_us,cublas_tflops,speedup,check_rel_err\n");
-        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f,%.3g\n", d.name,
-               sj_op_name(p.op), sj_dtype_name(p.dtype), sj_dtype_name(p.out_dtype), (long long)p.m, (long long)p.n,
-               (long long)p.k, sp, ki.config, origin, first_ms, source, t_op, p20, p80, tf, t_cb, tf_cb, t_cb / t_op,
-               isnan(check_err) ? -1.0 : check_err);
-    } else {
-        printf("%s on %s\n", described, d.name);
-        printf("  kernel   %s %s config %s\n", ki.template_name, origin, ki.config);
-        printf("  first    %.2f ms (%s, incl. one launch)\n", first_ms, source);
-        if (!isnan(check_err)) printf("  checked  against the reference: relative error %.2e\n", check_err);
-        printf("  time     %.2f us median (p20 %.2f, p80 %.2f) over %d rounds, %.1f TFLOP/s useful\n", t_op, p20, p80,
-               rounds, tf);
-        if (cublas)
-            printf("  cuBLAS   %.2f us dense (%d GEMM%s), %.1f TFLOP/s\n  speedup  %.3fx vs cuBLAS dense\n", t_cb, n_base,
-                   n_base > 1 ? "s" : "", tf_cb, t_cb / t_op);
-    }
+    print_row(ctx, name, &p, b, &bo, &r, csv, csv_header, json);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "sparsejit bench: %s\n", sj_last_error());
-    if (session) measure_end(&ms);
-    if (c) op->teardown(ctx, c);
     sj_context_destroy(ctx);
     return rc;
 }

@@ -11,7 +11,7 @@
 int cmd_gen(int argc, char **argv)
 {
     sj_problem p;
-    cli_problem_begin(&p);
+    cli_problem_begin(&p, CLI_OPS_ALL);
     const char *config = NULL, *cubin_path = NULL, *arch = NULL;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
@@ -23,7 +23,7 @@ int cmd_gen(int argc, char **argv)
                    "  --config C         tuning config, e.g. BM=128,BN=128 (default: the template's)\n"
                    "  --arch sm_XX       compile for this arch (default: the GPU's, else sm_90a)\n"
                    "  --cubin FILE       also compile with NVRTC and write the cubin to FILE\n",
-                   cli_problem_help);
+                   cli_problem_help(CLI_OPS_ALL));
             return 0;
         }
         if (i + 1 < argc && !strcmp(argv[i], "--config")) config = argv[++i];

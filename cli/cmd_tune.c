@@ -29,7 +29,7 @@ static void help(void)
            "  --cache PATH       the cache database (default $SPARSEJIT_CACHE or ~/.cache/sparsejit/kernels.db)\n"
            "  --no-save          measure only; leave the cache as it is\n"
            "  --json             print the result as one JSON object (all trials included)\n",
-           cli_problem_help);
+           cli_problem_help(CLI_OPS_TUNABLE));
 }
 
 typedef struct progress_state {
@@ -170,18 +170,6 @@ static void print_table(const sj_problem *p, const sj_device_info *d, const sj_t
     free(sorted);
 }
 
-static int parse_int(const char *opt, const char *val, long long lo, long long hi, long long *out)
-{
-    char *end;
-    long long v = strtoll(val, &end, 10);
-    if (end == val || *end || v < lo || v > hi) {
-        fprintf(stderr, "sparsejit tune: %s '%s': expected an integer in %lld..%lld\n", opt, val, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 static int parse_double(const char *opt, const char *val, double *out)
 {
     char *end;
@@ -197,7 +185,7 @@ static int parse_double(const char *opt, const char *val, double *out)
 int cmd_tune(int argc, char **argv)
 {
     sj_problem p;
-    cli_problem_begin(&p);
+    cli_problem_begin(&p, CLI_OPS_TUNABLE);
     sj_tune_options o;
     sj_tune_options_init(&o);
     const char *cache = NULL;
@@ -225,18 +213,18 @@ int cmd_tune(int argc, char **argv)
             }
             i++;
         } else if (!strcmp(a, "--budget-trials")) {
-            if (!parse_int(a, val, 1, 1000000, &v)) return 2;
+            if (!cli_parse_int("tune", a, val, 1, 1000000, &v)) return 2;
             o.budget_trials = (int)v;
             i++;
         } else if (!strcmp(a, "--budget-seconds")) {
             if (!parse_double(a, val, &o.budget_seconds)) return 2;
             i++;
         } else if (!strcmp(a, "--seed")) {
-            if (!parse_int(a, val, 0, INT64_MAX, &v)) return 2;
+            if (!cli_parse_int("tune", a, val, 0, INT64_MAX, &v)) return 2;
             o.seed = (uint64_t)v;
             i++;
         } else if (!strcmp(a, "--threads")) {
-            if (!parse_int(a, val, 1, 64, &v)) return 2;
+            if (!cli_parse_int("tune", a, val, 1, 64, &v)) return 2;
             o.threads = (int)v;
             i++;
         } else if (!strcmp(a, "--warmup-ms")) {
@@ -246,7 +234,7 @@ int cmd_tune(int argc, char **argv)
             if (!parse_double(a, val, &o.rep_ms)) return 2;
             i++;
         } else if (!strcmp(a, "--top")) {
-            if (!parse_int(a, val, 1, 100000, &top)) return 2;
+            if (!cli_parse_int("tune", a, val, 1, 100000, &top)) return 2;
             i++;
         } else if (!strcmp(a, "--cache")) {
             cache = val;

@@ -3,7 +3,7 @@
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
  * carrying the sparsejit message. One context per Lua state, created on first use. */
 #include "core/op.h"
-#include "tuner/harness.h"
+#include "tuner/bench.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "ops/twell/twell.h"
@@ -124,12 +124,20 @@ static int parse_colon(const char *s, int *v, int n)
 
 /* The problem fields of table t: op, dtype, out_dtype, shape = {m, n, k} (or m, n, k),
  * vnm = "V:N:M", twell = "T:C", d_ff, sparsity (TwELL ops, default 0.99 as on the CLI). */
-static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
+/* The problem of table t; its op may name a benchmark of several kernels (core/op.h's op_bench)
+ * when benches is set, which is returned (NULL for an op). */
+static const op_bench *read_problem(lua_State *L, int t, const char *fn, int benches, sj_problem *p)
 {
     luaL_checktype(L, t, LUA_TTABLE);
     sj_op op;
     sj_dtype dt, out;
-    if (sj_op_parse(opt_string(L, t, "op", "gemm"), &op) != SJ_OK) raise(L, fn);
+    const char *name = opt_string(L, t, "op", "gemm");
+    const op_bench *b = op_bench_find_name(name);
+    if (b && !benches)
+        luaL_error(L, "sparsejit.%s: op '%s' is a benchmark of %s, not an op: sparsejit.bench runs it; sparsejit.%s "
+                   "takes its parts, one of %s", fn, name, b->parts, fn, op_tunable_names());
+    if (b) op = b->op;
+    else if (sj_op_parse(name, &op) != SJ_OK) raise(L, fn);
     if (sj_dtype_parse(opt_string(L, t, "dtype", "f16"), &dt) != SJ_OK) raise(L, fn);
     const char *od = opt_string(L, t, "out_dtype", NULL);
     out = dt;
@@ -179,6 +187,7 @@ static void read_problem(lua_State *L, int t, const char *fn, sj_problem *p)
     }
     if (d->fill_defaults) d->fill_defaults(p);
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);
+    return b;
 }
 
 static void set_number(lua_State *L, const char *k, double v) { lua_pushnumber(L, v); lua_setfield(L, -2, k); }
@@ -336,7 +345,7 @@ static void push_tune_result(lua_State *L, const sj_tune_result *r)
 static int l_tune(lua_State *L)
 {
     sj_problem p;
-    read_problem(L, 1, "tune", &p);
+    read_problem(L, 1, "tune", 0, &p);
     sj_tune_options o;
     sj_tune_options_init(&o);
     if (sj_tune_strategy_parse(opt_string(L, 1, "strategy", "random"), &o.strategy) != SJ_OK) return raise(L, "tune");
@@ -377,48 +386,42 @@ static int l_tune(lua_State *L)
 static int l_bench(lua_State *L)
 {
     sj_problem p;
-    read_problem(L, 1, "bench", &p);
-    sj_tune_options o;
-    sj_tune_options_init(&o);
-    o.warmup_ms = opt_number(L, 1, "warmup_ms", o.warmup_ms);
-    o.rep_ms = opt_number(L, 1, "rep_ms", o.rep_ms);
+    const op_bench *b = read_problem(L, 1, "bench", 1, &p);
+    bench_options o;
+    bench_options_init(&o);
+    sj_tune_options t;
+    sj_tune_options_init(&t);
+    t.warmup_ms = opt_number(L, 1, "warmup_ms", t.warmup_ms);
+    t.rep_ms = opt_number(L, 1, "rep_ms", t.rep_ms);
+    measure_options_from_tune(&t, &o.measure);
+    o.rounds = (int)opt_integer(L, 1, "rounds", 1); /* bench_run names a bad one */
+    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed);
+    o.cublas = opt_boolean(L, 1, "cublas", 1);
     const char *config = opt_string(L, 1, "config", NULL);
-    int cublas = opt_boolean(L, 1, "cublas", 1);
     sj_context *ctx = context(L, "bench");
     if (config && sj_set_config(ctx, &p, config) != SJ_OK) return raise(L, "bench");
-    sj_bench_result r;
-    sj_status st = sj_bench(ctx, &p, &o, &r);
+    bench_result r;
+    sj_status st = bench_run(ctx, b ? b->name : sj_op_name(p.op), &p, &o, &r);
     if (config) sj_set_config(ctx, &p, ""); /* the forced config was for this call only */
     if (st != SJ_OK) return raise(L, "bench");
+    const sj_bench_result *k = &r.run;
     lua_newtable(L);
-    set_number(L, "median_us", r.median_us);
-    set_number(L, "p20_us", r.p20_us);
-    set_number(L, "p80_us", r.p80_us);
-    set_number(L, "tflops", r.tflops);
-    set_integer(L, "reps", r.reps);
-    set_number(L, "rel_error", r.rel_error);
-    set_string(L, "config", r.config);
-    set_string(L, "origin", r.origin == SJ_CONFIG_TUNED ? "tuned" : r.origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default");
-    set_string(L, "source", r.source == SJ_FROM_COMPILE ? "compiled" : r.source == SJ_FROM_CACHE ? "cache" : "table");
-    const bench_op *op = op_find(p.op)->bench;
-    if (cublas && !op) {
-        set_string(L, "cublas_error", "no dense cuBLAS counterpart for this op");
-    } else if (cublas) {
-        int64_t shapes[4][3];
-        int n = op->baseline(&p, shapes);
-        measure_options mo;
-        measure_options_from_tune(&o, &mo);
-        measure_result cr;
-        if (cublas_gemm_seq_time(ctx, p.dtype, n, (const int64_t(*)[3])shapes, &mo, &cr) == SJ_OK) {
-            double dense = 0;
-            for (int i = 0; i < n; i++) dense += 2.0 * shapes[i][0] * shapes[i][1] * shapes[i][2];
-            set_number(L, "cublas_us", cr.median_us);
-            set_number(L, "cublas_tflops", dense / (cr.median_us * 1e-6) / 1e12);
-            set_number(L, "speedup", cr.median_us / r.median_us);
-        } else {
-            /* The op's own timing stands; say why there is no baseline instead of failing. */
-            set_string(L, "cublas_error", sj_last_error());
-        }
+    set_number(L, "median_us", k->median_us);
+    set_number(L, "p20_us", k->p20_us);
+    set_number(L, "p80_us", k->p80_us);
+    set_number(L, "tflops", k->tflops);
+    set_integer(L, "reps", k->reps);
+    set_number(L, "rel_error", k->rel_error);
+    set_string(L, "config", k->config);
+    set_string(L, "origin", k->origin == SJ_CONFIG_TUNED ? "tuned" : k->origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default");
+    set_string(L, "source", k->source == SJ_FROM_COMPILE ? "compiled" : k->source == SJ_FROM_CACHE ? "cache" : "table");
+    if (r.cublas_error[0]) {
+        /* The benchmark's own timing stands; say why there is no baseline instead of failing. */
+        set_string(L, "cublas_error", r.cublas_error);
+    } else if (o.cublas) {
+        set_number(L, "cublas_us", r.cublas_us);
+        set_number(L, "cublas_tflops", r.cublas_tflops);
+        set_number(L, "speedup", r.speedup);
     }
     return 1;
 }

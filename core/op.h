@@ -2,7 +2,8 @@
  * name and template, which sj_problem fields it reads, its own validation and cache-key text,
  * whether it is tuned, and the harness that times and checks it. The runtime, the tuner, the CLI
  * and the Lua module look an op up here instead of switching on sj_op; adding an op is a folder
- * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md).
+ * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md). Beside the
+ * ops, a table of benchmarks that are not one op's kernel (op_bench: the FFN block).
  *
  * The descriptors live with their ops (ops/<family>/<family>_op.c), which sit above the runtime
  * they launch through; the table names them as data, and this floor calls into them only
@@ -13,8 +14,8 @@
 #include <stddef.h>
 #include "sparsejit.h"
 
-typedef struct harness_ops harness_ops; /* tuner/harness.h: the tuner's inputs, launch, reference */
-typedef struct bench_op bench_op;       /* tuner/harness.h: what `sparsejit bench` times */
+typedef struct harness_ops harness_ops; /* tuner/harness.h: inputs, launch, reference, FLOPs, baseline */
+typedef struct bench_ops bench_ops;     /* tuner/bench.h: a benchmark of several kernels */
 
 /* The sj_problem fields an op reads beyond op, dtype, out_dtype, m, n, k. Fields an op does not
  * read are ignored (and zeroed where a problem is a key: the kernel table, forced configs). */
@@ -61,8 +62,12 @@ typedef struct op_desc {
     /* Bytes of device workspace the op needs from a caller that provides it (sj_workspace_size):
      * the most any of its configs uses. NULL: the op needs none. */
     size_t (*workspace)(const sj_problem *p);
-    const harness_ops *harness;    /* the tuner's harness; NULL when not tunable */
-    const bench_op *bench;         /* `sparsejit bench`; NULL when it has no cuBLAS counterpart */
+    /* The one harness of the op: what the tuner, `sparsejit bench`, Lua's sparsejit.bench and
+     * sj_bench all time, check and count; NULL when not tunable (nothing benches it either). */
+    const harness_ops *harness;
+    /* What bench times the op against (its harness's baseline), one line of help; NULL with no
+     * harness. */
+    const char *baseline_help;
     /* A small valid problem of the op (compiles in seconds): what the walk generates each
      * variant for. */
     void (*example)(sj_problem *p);
@@ -84,5 +89,29 @@ const char *op_names(void);
 
 /* The problem with the fields its op does not read zeroed: equal keys for equal requests. */
 void op_normalize(const sj_problem *p, sj_problem *out);
+/* "gemm, vnm-spmm, ..." of the ops with a harness: what the tuner tunes and bench times. */
+const char *op_tunable_names(void);
+
+/* A benchmark that is not one op's kernel (the FFN block: the gate, then the FFN over the TwELL
+ * it wrote): `sparsejit bench --op NAME` and Lua's sparsejit.bench run it as they run an op, its
+ * parts one after the other through their entry points. It is not an op: no template, no cache
+ * key, nothing to tune (the tuner tunes its parts). It takes a problem of one of its parts' ops,
+ * from which it derives the others'. The table beside the op table lists them (op_table.c); the
+ * descriptors live with their ops' family. */
+typedef struct op_bench {
+    const char *name;              /* "twell-ffn-block": not an op name */
+    sj_op op;                      /* the op whose problem it takes (shape, d_ff, sparsity, ...) */
+    const char *parts;             /* the ops it runs, for messages: "twell-gate + twell-ffn" */
+    const char *summary;           /* one line of help: what it times, against what */
+    const bench_ops *ops;
+} op_bench;
+
+/* The benchmark named name, NULL when none is. */
+const op_bench *op_bench_find_name(const char *name);
+/* Every benchmark: op_bench_at(0) .. op_bench_at(op_bench_count() - 1). */
+int op_bench_count(void);
+const op_bench *op_bench_at(int i);
+/* "twell-ffn-block, ..." for messages and help. */
+const char *op_bench_names(void);
 
 #endif

@@ -1,5 +1,6 @@
-/* op_table.c: the one table of ops. Adding an op: its descriptor in ops/<family>/ and one line
- * here (docs/adding-an-op.md). The order is the CLI's and the docs' order. */
+/* op_table.c: the one table of ops, and beside it the table of benchmarks that are not one op
+ * (core/op.h's op_bench). Adding an op: its descriptor in ops/<family>/ and one line here
+ * (docs/adding-an-op.md). The order is the CLI's and the docs' order. */
 #include "core/op.h"
 #include "core/error.h"
 
@@ -18,6 +19,15 @@ static const op_desc *const table[] = {
 };
 
 enum { N_OPS = sizeof table / sizeof *table };
+
+/* Defined with their ops' family (ops/<family>/). */
+extern const op_bench bench_twell_ffn_block;
+
+static const op_bench *const benches[] = {
+    &bench_twell_ffn_block,
+};
+
+enum { N_BENCHES = sizeof benches / sizeof *benches };
 
 const op_desc *op_find(sj_op op)
 {
@@ -45,13 +55,47 @@ int op_count(void) { return N_OPS; }
 
 const op_desc *op_at(int i) { return i >= 0 && i < N_OPS ? table[i] : NULL; }
 
+/* The names of the ops that pass (all when tunable_only is 0), comma separated, into buf. */
+static void list_names(int tunable_only, char *buf, size_t len)
+{
+    size_t used = 0;
+    for (int i = 0; i < N_OPS && used < len; i++)
+        if (!tunable_only || table[i]->harness)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", table[i]->name);
+}
+
 const char *op_names(void)
+{
+    static _Thread_local char names[256];
+    if (!names[0]) list_names(0, names, sizeof names);
+    return names;
+}
+
+const char *op_tunable_names(void)
+{
+    static _Thread_local char names[256];
+    if (!names[0]) list_names(1, names, sizeof names);
+    return names;
+}
+
+const op_bench *op_bench_find_name(const char *name)
+{
+    for (int i = 0; name && i < N_BENCHES; i++)
+        if (!strcmp(benches[i]->name, name)) return benches[i];
+    return NULL;
+}
+
+int op_bench_count(void) { return N_BENCHES; }
+
+const op_bench *op_bench_at(int i) { return i >= 0 && i < N_BENCHES ? benches[i] : NULL; }
+
+const char *op_bench_names(void)
 {
     static _Thread_local char names[256];
     if (!names[0]) {
         size_t used = 0;
-        for (int i = 0; i < N_OPS; i++)
-            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", table[i]->name);
+        for (int i = 0; i < N_BENCHES && used < sizeof names; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", benches[i]->name);
     }
     return names;
 }

@@ -568,9 +568,11 @@ typedef struct sj_bench_result {
 
 /* Times the kernel the op would use now for problem (forced, tuned or default config) with the
  * tuner's method: device events, L2 flushed between runs, warm-up and repetition budgets from
- * opts (NULL: defaults), median and 20/80% quantiles. Inputs are random. Before it times, it
- * checks the kernel's output against the tuner's reference (result->rel_error) and returns
- * SJ_ERR_VERIFY, timing nothing, when the error exceeds the tuner's tolerance. */
+ * opts (NULL: defaults), median and 20/80% quantiles. Inputs, check and TFLOP/s are the tuner's
+ * (the op's harness), as `sparsejit bench` has them, without its dense baseline. Before it times,
+ * it checks the kernel's output against the tuner's reference (result->rel_error; twell-ffn: 16
+ * sampled rows) and returns SJ_ERR_VERIFY, timing nothing, when the error exceeds the tuner's
+ * tolerance. */
 SJ_API sj_status sj_bench(sj_context *ctx, const sj_problem *problem, const sj_tune_options *opts,
                           sj_bench_result *result);
 

@@ -32,6 +32,29 @@ for a in -1 4.5 x; do
   [ $rc -eq 2 ] && echo "$out" | grep -q "skew '$a': expected a number in \[0, 4\]" ||
     fail "bad --skew $a must exit 2 naming it (got $rc: $out)"
 done
+# twell-ffn-block: a benchmark beside the ops, listed in bench's help, refused by tune and gen naming the ops
+"$cli" bench --op twell-ffn-block --help | grep -q "or a benchmark of several kernels: twell-ffn-block" || fail "bench --help must list twell-ffn-block"
+"$cli" bench --help | grep -qE "^  twell-ffn +the fused FFN alone" || fail "bench --help must say what twell-ffn times"
+"$cli" tune --help | grep -q -- "--op OP            an op: gemm, vnm-spmm, twell-gate, twell-ffn (default gemm)" || fail "tune --help: the tunable ops"
+"$cli" gen --help | grep -q -- "--op OP            one of gemm, vnm-spmm, twell-gate, twell-ffn, vnm-compress" || fail "gen --help: every op"
+for c in tune gen; do
+  out=$("$cli" $c --op twell-ffn-block --shape 64x256x256 --d-ff 1024 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "twell-ffn-block is a benchmark of twell-gate + twell-ffn, not an op" &&
+    echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
+done
+out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn) or a benchmark (twell-ffn-block)" ||
+  fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
+out=$("$cli" bench --op vnm-compress --shape 64x64x64 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "vnm-compress is a conversion" || fail "bench --op vnm-compress must exit 2 (got $rc: $out)"
+out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 --d-ff 1024 --sparsity 1.5 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "sparsity '1.5': expected a fraction of zeros in (0, 1)" || fail "block with a bad --sparsity (got $rc: $out)"
+out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "problem.d_ff = 0" || fail "block without --d-ff must exit 2 naming d_ff (got $rc: $out)"
+for r in 0 101 x; do
+  out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 --d-ff 1024 --rounds $r 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "rounds '$r': expected an integer in 1..100" || fail "bench --rounds $r must exit 2 (got $rc: $out)"
+done
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
@@ -80,6 +103,9 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench gemm must report its check: $row"
   row=$("$cli" bench --op vnm-spmm --shape 256x136x512 --vnm 64:2:8 --rounds 1 --csv 2>&1) || fail "bench vnm-spmm: $row"
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench vnm-spmm must report its check: $row"
+  row=$("$cli" bench --op twell-ffn-block --shape 300x256x256 --d-ff 1024 --rounds 1 --csv 2>&1) || fail "bench twell-ffn-block: $row"
+  echo "$row" | grep -q ',twell-ffn-block,' || fail "bench twell-ffn-block must name itself: $row"
+  echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn-block must report its check: $row"
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
   echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
   table=$(printf -- '--op gemm --shape 264x136x200 --rounds 1\n' | bash "$ab" "$cli" "$cli" --pairs 1 --csv "$tmp/ab.csv" 2>&1) ||

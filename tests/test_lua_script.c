@@ -113,6 +113,12 @@ static void test_gpu_call_without_gpu_raises(void **state)
         "print('sparsity', ok, err)\n"
         "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn', shape = { 64, 256, 256 }, d_ff = 1024, skew = 9 })\n"
         "print('skew', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn-block', shape = { 64, 256, 256 }, d_ff = 1024 })\n"
+        "print('block', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'twell-ffn-block', shape = { 64, 256, 256 }, d_ff = 1024, rounds = 0 })\n"
+        "print('rounds', ok, err)\n"
+        "ok, err = pcall(sparsejit.tune, { op = 'twell-ffn-block', shape = { 64, 256, 256 }, d_ff = 1024 })\n"
+        "print('tune block', ok, err)\n"
         "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
         "print('not reached')\n",
         NULL);
@@ -120,7 +126,12 @@ static void test_gpu_call_without_gpu_raises(void **state)
     assert_contains(r.out, "pcall\tfalse\tsparsejit.bench: benchmarking needs a GPU");
     assert_contains(r.out, "sparsity\tfalse\tsparsejit.bench: sparsity 1.5: expected a fraction of zeros in (0, 1)");
     assert_contains(r.out, "skew\tfalse\tsparsejit.bench: problem.twell_skew = 9: expected 0 (units alike) .. 4");
-    assert_contains(r.err, "gpu.lua:7: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.out, "block\tfalse\tsparsejit.bench: benchmarking needs a GPU");
+    assert_contains(r.out, "rounds\tfalse\tsparsejit.bench: bench: rounds 0: expected 1..100");
+    assert_contains(r.out, "tune block\tfalse\tsparsejit.tune: op 'twell-ffn-block' is a benchmark of twell-gate + "
+                           "twell-ffn, not an op: sparsejit.bench runs it; sparsejit.tune takes its parts, one of gemm, "
+                           "vnm-spmm, twell-gate, twell-ffn");
+    assert_contains(r.err, "gpu.lua:13: sparsejit.tune: tuning needs a GPU");
     assert_contains(r.err, "stack traceback");
     assert_null(strstr(r.out, "not reached"));
     done(&r);

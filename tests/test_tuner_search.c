@@ -887,13 +887,8 @@ static void test_reference_template_is_plain_fp32(void **state)
         free(log);
         char *sass = tu_sass(cubin, size);
         if (sass) {
-            int ffma = 0, hmma = 0;
-            for (const char *line = sass; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-                const char *end = strchr(line, '\n');
-                size_t n = end ? (size_t)(end - line) : strlen(line);
-                ffma += memmem(line, n, "FFMA", 4) != NULL;
-                hmma += memmem(line, n, "HMMA", 4) != NULL || memmem(line, n, "HGMMA", 5) != NULL;
-            }
+            /* HGMMA lines contain no "HMMA": counted apart */
+            int ffma = tu_count_lines(sass, "FFMA"), hmma = tu_count_lines(sass, "HMMA") + tu_count_lines(sass, "HGMMA");
             free(sass);
             fprintf(stderr, "# gemm_reference %s SASS: %d FFMA, %d HMMA\n", arch, ffma, hmma);
             assert_true(ffma > 0);

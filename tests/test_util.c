@@ -252,3 +252,14 @@ int tu_config_value(const char *config, const char *name)
         if (!strcmp(c.names[i], name)) return c.values[i];
     return -1;
 }
+
+int tu_count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        n += memmem(line, len, needle, strlen(needle)) != NULL;
+    }
+    return n;
+}

@@ -61,6 +61,8 @@ const char *tu_cuobjdump(void);
 /* The SASS of a cubin (malloc'ed text), or NULL after printing why (no cuobjdump, or no
  * nvdisasm behind it) and noting a skip. Fails the test if cuobjdump fails otherwise. */
 char *tu_sass(const void *cubin, size_t size);
+/* Lines of text (SASS) that contain needle. */
+int tu_count_lines(const char *text, const char *needle);
 /* Value of NAME in a config string "A=1,B=2" (parsed by the generator's parser); -1 if absent. */
 int tu_config_value(const char *config, const char *name);
 /* The source tree: $SJ_SOURCE_DIR (a build moved to another machine), else where it was built. */

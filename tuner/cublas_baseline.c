@@ -1,6 +1,8 @@
-/* cublas_baseline.c: the dense cuBLAS GEMM that sparse kernels are compared against, timed with
- * the tuner's method (measure.c) on random row-major data. libcublas.so.13 is dlopen'ed on first
- * use, so the library loads and works without it and only this call reports its absence. */
+/* cublas_baseline.c: the dense work that sparse kernels are compared against, timed with the
+ * tuner's method (measure.c) on random row-major data: cuBLAS GEMMs and, between a dense FFN's
+ * GEMMs, its element-wise product (templates/ewise_product.lua; cuBLAS has none). libcublas.so.13
+ * is dlopen'ed on first use, so the library loads and works without it and only this call
+ * reports its absence. */
 #include "tuner/tuner.h"
 #include "tuner/harness.h"
 #include "core/error.h"
@@ -76,13 +78,19 @@ static sj_status get_handle(sj_context *ctx, cublasHandle_t *out)
     return st;
 }
 
-typedef struct gemm_buffers { sj_devptr A, B, C; int m, n, k; } gemm_buffers;
+/* One step's buffers (random inputs, its own output) and, for a product, its kernel. */
+typedef struct step_buffers {
+    baseline_step s;
+    sj_devptr A, B, C;
+    const loaded_kernel *k;
+} step_buffers;
 
 typedef struct seq_run {
+    sj_context *ctx;
     cublasHandle_t handle;
     cudaDataType type;
     int n;
-    gemm_buffers *g;
+    step_buffers *b;
 } seq_run;
 
 static sj_status run_seq(void *user)
@@ -90,31 +98,70 @@ static sj_status run_seq(void *user)
     seq_run *r = user;
     const float alpha = 1.0f, beta = 0.0f;
     for (int i = 0; i < r->n; i++) {
-        const gemm_buffers *g = &r->g[i];
+        step_buffers *b = &r->b[i];
+        if (b->s.kind != BASELINE_GEMM) {
+            long long count = (long long)(b->s.m * b->s.n);
+            int relu = b->s.kind == BASELINE_RELU_PRODUCT;
+            void *args[] = { &b->A, &b->B, &b->C, &count, &relu };
+            sj_status st = rt_launch(r->ctx, b->k, args, NULL);
+            if (st != SJ_OK) return st;
+            continue;
+        }
         /* Row-major C = A.B is column-major C^T = B^T.A^T: swap the operands, keep the data. */
-        cublasStatus_t s = cb.cublasGemmEx(r->handle, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->m, g->k, &alpha,
-                                           (const void *)(uintptr_t)g->B, r->type, g->n,
-                                           (const void *)(uintptr_t)g->A, r->type, g->k, &beta,
-                                           (void *)(uintptr_t)g->C, r->type, g->n, CUBLAS_COMPUTE_32F,
+        int m = (int)b->s.m, n = (int)b->s.n, k = (int)b->s.k;
+        cublasStatus_t s = cb.cublasGemmEx(r->handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
+                                           (const void *)(uintptr_t)b->B, r->type, n,
+                                           (const void *)(uintptr_t)b->A, r->type, k, &beta,
+                                           (void *)(uintptr_t)b->C, r->type, n, CUBLAS_COMPUTE_32F,
                                            CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS) return cublas_fail(s, "cublasGemmEx");
     }
     return SJ_OK;
 }
 
-sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
-                                  const measure_options *opts, measure_result *out)
+/* NULL when the step is well formed, else what is wrong with it. */
+static const char *step_problem(const baseline_step *s)
 {
-    if (!ctx || !shapes || !out || n_gemms < 1 || n_gemms > 16)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_seq_time: ctx, shapes and out must be set and "
-                                                "n_gemms in 1..16 (got %d)", n_gemms);
+    if (s->kind != BASELINE_GEMM && s->kind != BASELINE_PRODUCT && s->kind != BASELINE_RELU_PRODUCT)
+        return "an unknown kind (expected a GEMM or an element-wise product)";
+    if (s->m < 1 || s->m > INT32_MAX || s->n < 1 || s->n > INT32_MAX ||
+        (s->kind == BASELINE_GEMM && (s->k < 1 || s->k > INT32_MAX)))
+        return "a dimension outside 1..2^31-1";
+    return NULL;
+}
+
+/* Allocates a step's buffers and, for a product, builds its kernel (through the request path,
+ * under its own template: compiled once per shape, then from the cache). */
+static sj_status step_open(sj_context *ctx, sj_dtype dtype, uint64_t *rng, step_buffers *b)
+{
+    const baseline_step *s = &b->s;
+    int gemm = s->kind == BASELINE_GEMM;
+    size_t a_count = (size_t)s->m * (size_t)(gemm ? s->k : s->n), b_count = (size_t)(gemm ? s->k : s->m) * (size_t)s->n;
+    sj_status st;
+    if ((st = harness_random_device16(ctx, dtype, a_count, rng, &b->A)) != SJ_OK ||
+        (st = harness_random_device16(ctx, dtype, b_count, rng, &b->B)) != SJ_OK ||
+        (st = sj_malloc(ctx, (size_t)s->m * (size_t)s->n * 2, &b->C)) != SJ_OK || gemm)
+        return st;
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, dtype, s->m, s->n, 1);
+    st = rt_kernel_with_config(ctx, &p, "ewise_product", "", &b->k);
+    return st == SJ_OK ? SJ_OK : error_prefix(st, "the baseline's element-wise product");
+}
+
+sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
+                               const measure_options *opts, measure_result *out)
+{
+    if (!ctx || !steps || !out || n_steps < 1 || n_steps > 16)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_time: ctx, steps and out must be set and "
+                                                "n_steps in 1..16 (got %d)", n_steps);
     if (dtype != SJ_DTYPE_F16 && dtype != SJ_DTYPE_BF16)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: dtype must be f16 or bf16");
-    for (int i = 0; i < n_gemms; i++)
-        for (int d = 0; d < 3; d++)
-            if (shapes[i][d] < 1 || shapes[i][d] > INT32_MAX)
-                return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: GEMM %d has dimension %lld, expected 1..2^31-1",
-                               i, (long long)shapes[i][d]);
+    for (int i = 0; i < n_steps; i++) {
+        const char *why = step_problem(&steps[i]);
+        if (why)
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: step %d (%lld x %lld x %lld) has %s", i,
+                             (long long)steps[i].m, (long long)steps[i].n, (long long)steps[i].k, why);
+    }
     sj_status st = rt_require_gpu(ctx, "the cuBLAS baseline");
     if (st != SJ_OK) return st;
     cublasHandle_t handle = NULL;
@@ -122,17 +169,12 @@ sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, con
     cublasStatus_t cs = cb.cublasSetStream_v2(handle, NULL);
     if (cs != CUBLAS_STATUS_SUCCESS) return cublas_fail(cs, "cublasSetStream");
 
-    gemm_buffers g[16];
-    memset(g, 0, sizeof g);
+    step_buffers b[16];
+    memset(b, 0, sizeof b);
     uint64_t rng = 0x243f6a8885a308d3ull;
-    for (int i = 0; i < n_gemms && st == SJ_OK; i++) {
-        g[i].m = (int)shapes[i][0];
-        g[i].n = (int)shapes[i][1];
-        g[i].k = (int)shapes[i][2];
-        if ((st = harness_random_device16(ctx, dtype, (size_t)g[i].m * (size_t)g[i].k, &rng, &g[i].A)) != SJ_OK ||
-            (st = harness_random_device16(ctx, dtype, (size_t)g[i].k * (size_t)g[i].n, &rng, &g[i].B)) != SJ_OK)
-            break;
-        st = sj_malloc(ctx, (size_t)g[i].m * (size_t)g[i].n * 2, &g[i].C);
+    for (int i = 0; i < n_steps && st == SJ_OK; i++) {
+        b[i].s = steps[i];
+        st = step_open(ctx, dtype, &rng, &b[i]);
     }
     measure_session ms;
     int session = 0;
@@ -141,16 +183,27 @@ sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, con
         measure_options mo;
         if (opts) mo = *opts;
         else measure_options_init(&mo);
-        seq_run r = { handle, dtype == SJ_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F, n_gemms, g };
+        seq_run r = { ctx, handle, dtype == SJ_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F, n_steps, b };
         st = measure_run(&ms, &mo, run_seq, &r, out);
     }
     if (session) measure_end(&ms);
-    for (int i = 0; i < n_gemms; i++) {
-        sj_free(ctx, g[i].A);
-        sj_free(ctx, g[i].B);
-        sj_free(ctx, g[i].C);
+    for (int i = 0; i < n_steps; i++) {
+        sj_free(ctx, b[i].A);
+        sj_free(ctx, b[i].B);
+        sj_free(ctx, b[i].C);
     }
     return st;
+}
+
+sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
+                                  const measure_options *opts, measure_result *out)
+{
+    if (!shapes || n_gemms < 1 || n_gemms > 16)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_seq_time: shapes must be set and n_gemms in 1..16 "
+                                                "(got %d)", n_gemms);
+    baseline_step steps[16];
+    for (int i = 0; i < n_gemms; i++) steps[i] = (baseline_step){ BASELINE_GEMM, shapes[i][0], shapes[i][1], shapes[i][2] };
+    return cublas_baseline_time(ctx, dtype, n_gemms, steps, opts, out);
 }
 
 sj_status cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k, double *median_us)

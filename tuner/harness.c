@@ -1,6 +1,6 @@
-/* harness.c: the parts of the tuner's per-op harness that every op shares: choosing the op's
- * harness, loading a candidate cubin outside the context's table, the NaN-poisoned correctness
- * gate against the reference, the reference GEMM kernel itself, and seeded 16-bit inputs. */
+/* harness.c: the parts of the per-op harness that every op shares: choosing the op's harness,
+ * the NaN-poisoned correctness gate against the reference (every element, or sampled rows for
+ * the benches), the reference GEMM kernel itself, and seeded 16-bit inputs. */
 #include "tuner/harness.h"
 #include "core/op.h"
 #include "core/error.h"
@@ -23,24 +23,42 @@ sj_status harness_for(const sj_problem *p, const harness_ops **out)
     return SJ_OK;
 }
 
-sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, int with_reference, harness *h)
+/* Values the reference holds: every output element, or the sampled rows'. */
+static size_t reference_count(const harness *h)
+{
+    if (!h->ref_sampled) return h->out_count;
+    return (size_t)harness_sample_count(h->out_rows) * (h->out_count / (size_t)h->out_rows);
+}
+
+sj_status harness_open(sj_context *ctx, const sj_problem *p, uint64_t seed, harness_reference mode, harness *h)
 {
     memset(h, 0, sizeof *h);
+    if (mode != HARNESS_NO_REFERENCE && mode != HARNESS_REFERENCE && mode != HARNESS_REFERENCE_SAMPLED)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "harness_open: reference mode %d: expected 0 (none), 1 (every "
+                         "element) or 2 (sampled rows)", (int)mode);
     sj_status st = harness_for(p, &h->ops);
     if (st != SJ_OK) return st;
     h->ctx = ctx;
     h->problem = *p;
+    h->mode = mode;
     if ((st = h->ops->setup(h, seed)) != SJ_OK) {
         harness_close(h);
         return st;
     }
-    if (with_reference) {
+    if (h->out_rows < 1 || h->out_count % (size_t)h->out_rows) {
+        st = error_set(SJ_ERR_INVALID_ARGUMENT, "the %s harness left an output of %zu elements in %lld rows",
+                       sj_op_name(p->op), h->out_count, (long long)h->out_rows);
+        harness_close(h);
+        return st;
+    }
+    if (mode != HARNESS_NO_REFERENCE) {
         if ((st = h->ops->reference(h)) != SJ_OK) {
             harness_close(h);
             return error_prefix(st, "computing the reference output");
         }
         double s = 0;
-        for (size_t i = 0; i < h->out_count; i++) s += h->reference[i] * h->reference[i];
+        size_t n = reference_count(h);
+        for (size_t i = 0; i < n; i++) s += h->reference[i] * h->reference[i];
         h->ref_norm = sqrt(s);
         if (!(h->ref_norm > 0) || !isfinite(h->ref_norm)) {
             harness_close(h);
@@ -55,6 +73,13 @@ void harness_close(harness *h)
     if (h->ops && h->ops->teardown) h->ops->teardown(h);
     free(h->reference);
     memset(h, 0, sizeof *h);
+}
+
+int harness_sample_count(int64_t rows) { return rows < HARNESS_SAMPLE_ROWS ? (int)rows : HARNESS_SAMPLE_ROWS; }
+
+int64_t harness_sample_row(int64_t rows, int i)
+{
+    return rows <= HARNESS_SAMPLE_ROWS ? i : (int64_t)i * (rows - 1) / (HARNESS_SAMPLE_ROWS - 1);
 }
 
 double harness_tolerance(const sj_problem *p)
@@ -149,10 +174,23 @@ sj_status harness_check(harness *h, const loaded_kernel *k, double *rel_error, i
         free(host);
         return cuda_error(r, "reading the candidate's output");
     }
-    double num = squared_error(h->out_dtype, host, h->reference, h->out_count);
+    if (h->ref_sampled) {
+        /* the sampled rows to the front, in order: row i comes from row harness_sample_row(i) >= i */
+        size_t row_bytes = bytes / (size_t)h->out_rows;
+        for (int i = 0; i < harness_sample_count(h->out_rows); i++)
+            memmove((char *)host + (size_t)i * row_bytes,
+                    (char *)host + (size_t)harness_sample_row(h->out_rows, i) * row_bytes, row_bytes);
+    }
+    double num = squared_error(h->out_dtype, host, h->reference, reference_count(h));
     free(host);
     *rel_error = isfinite(num) ? sqrt(num) / h->ref_norm : INFINITY;
     return SJ_OK;
+}
+
+int harness_baseline_gemm(const sj_problem *p, baseline_step steps[BASELINE_MAX])
+{
+    steps[0] = (baseline_step){ BASELINE_GEMM, p->m, p->n, p->k };
+    return 1;
 }
 
 /* ------------------------------------------------------------------ the reference GEMM */

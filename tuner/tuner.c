@@ -1,4 +1,4 @@
-/* tuner.c: sj_tune and sj_bench. Owns the tuning pipeline: the search (search.c) proposes
+/* tuner.c: sj_tune and sj_bench (through bench.c). Owns the tuning pipeline: the search (search.c) proposes
  * configs; the calling thread generates their source (the Lua state is single-threaded) and
  * hands it to a pool of NVRTC threads; as cubins come back the calling thread loads each one,
  * gates it against the reference output (harness.c) and times it (measure.c) while the pool
@@ -9,6 +9,7 @@
 #include "core/op.h"
 #include "tuner/tuner.h"
 #include "tuner/harness.h"
+#include "tuner/bench.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
 
@@ -579,7 +580,7 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
     pool_up = 1;
     /* The first compiles run while the inputs and the reference are prepared. */
     if ((st = top_up(t)) != SJ_OK) goto done;
-    if ((st = harness_open(ctx, p, t->opts.seed ^ 0x5eedull, 1, &t->h)) != SJ_OK) goto done;
+    if ((st = harness_open(ctx, p, t->opts.seed ^ 0x5eedull, HARNESS_REFERENCE, &t->h)) != SJ_OK) goto done;
     if ((st = measure_begin(ctx, &t->ms)) != SJ_OK) goto done;
     session = 1;
     if ((st = run_pipeline(t)) != SJ_OK) goto done;
@@ -630,6 +631,8 @@ done:
 
 /* ------------------------------------------------------------------ bench */
 
+/* The op alone through bench_run, the path `sparsejit bench` takes: the same inputs, check and
+ * FLOP count, without the baseline. */
 sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *opts, sj_bench_result *res)
 {
     if (!ctx || !p || !res)
@@ -637,38 +640,13 @@ sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *
     memset(res, 0, sizeof *res);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
-    if ((st = rt_require_gpu(ctx, "benchmarking")) != SJ_OK) return st;
-    harness h;
-    if ((st = harness_open(ctx, p, opts ? opts->seed ^ 0xbe7cull : 0xbe7cull, 1, &h)) != SJ_OK) return st;
-    const loaded_kernel *k;
-    measure_session ms;
-    int session = 0;
-    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) goto done;
-    snprintf(res->config, sizeof res->config, "%s", k->config);
-    res->origin = ctx->last.origin;
-    res->source = ctx->last.source;
-    /* the tuner's gate first: a kernel that computes the wrong result is not timed */
-    int sticky = 0;
-    if ((st = harness_check(&h, k, &res->rel_error, &sticky)) != SJ_OK) goto done;
-    if (!(res->rel_error <= harness_tolerance(p))) {
-        st = error_set(SJ_ERR_VERIFY, "sj_bench: config %s computes the wrong result: relative error %.3g against the "
-                     "reference (tolerance %.3g); not timed", k->config, res->rel_error, harness_tolerance(p));
-        goto done;
-    }
-    if ((st = measure_begin(ctx, &ms)) != SJ_OK) goto done;
-    session = 1;
-    measure_options mo;
-    measure_options_from_tune(opts, &mo);
-    launch_arg a = { &h, k };
-    measure_result mr;
-    if ((st = measure_run(&ms, &mo, launch_candidate, &a, &mr)) != SJ_OK) goto done;
-    res->median_us = mr.median_us;
-    res->p20_us = mr.p20_us;
-    res->p80_us = mr.p80_us;
-    res->reps = mr.reps;
-    res->tflops = h.ops->flops(p) / (mr.median_us * 1e-6) / 1e12;
-done:
-    if (session) measure_end(&ms);
-    harness_close(&h);
-    return st;
+    bench_options o;
+    bench_options_init(&o);
+    measure_options_from_tune(opts, &o.measure);
+    o.cublas = 0;
+    o.seed = opts ? opts->seed ^ 0xbe7cull : 0xbe7cull;
+    bench_result r;
+    if ((st = bench_run(ctx, sj_op_name(p->op), p, &o, &r)) != SJ_OK) return st;
+    *res = r.run;
+    return SJ_OK;
 }

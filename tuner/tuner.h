@@ -1,7 +1,8 @@
 /* tuner.h: the tuner's internal modules. search.c walks a template's space (pure C, no GPU);
  * measure.c is the benchmark method (device events, L2 flush, warm-up and repetition budgets,
- * median with 20/80% quantiles); cublas_baseline.c times dense cuBLAS GEMMs with that method.
- * The orchestration (tuner.c) is the public sj_tune / sj_bench. */
+ * median with 20/80% quantiles); cublas_baseline.c times an op's dense baseline (cuBLAS GEMMs,
+ * a dense FFN's element-wise product) with that method. The orchestration (tuner.c) is the
+ * public sj_tune / sj_bench; bench.c (bench.h) is the one benchmark path. */
 #ifndef SJ_TUNER_H
 #define SJ_TUNER_H
 
@@ -150,9 +151,15 @@ double measure_quantile(const double *sorted, int n, double q);
  * call fails with SJ_ERR_UNSUPPORTED and says so; nothing else needs it. */
 sj_status cublas_gemm_time(sj_context *ctx, sj_dtype dtype, int64_t m, int64_t n, int64_t k,
                               double *median_us);
-/* Several GEMMs run back to back in each timed run (e.g. the three of an FFN layer); shapes[i] =
- * {m, n, k}. opts NULL: the default budgets. */
+/* Several GEMMs run back to back in each timed run; shapes[i] = {m, n, k}. opts NULL: the default
+ * budgets. */
 sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
                                   const measure_options *opts, measure_result *out);
+/* An op's baseline (tuner/harness.h's baseline_step): its GEMMs on cuBLAS and its element-wise
+ * products (templates/ewise_product.lua) back to back in each timed run, each step on buffers
+ * of its own (1..16 steps). opts NULL: the default budgets. */
+typedef struct baseline_step baseline_step;
+sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
+                               const measure_options *opts, measure_result *out);
 
 #endif

@@ -5,6 +5,5 @@
 #include "tuner/harness.h"
 
 extern const harness_ops harness_gemm; /* gemm_harness.c */
-extern const bench_op bench_op_gemm;   /* gemm_bench.c */
 
 #endif

@@ -1,6 +1,7 @@
-/* gemm_harness.c: the tuner's harness for dense GEMM (C = A.B, row-major): random A and B on the
- * device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K), and the reference
- * from templates/gemm_reference.lua over the same inputs. */
+/* gemm_harness.c: the harness of dense GEMM (C = A.B, row-major), the tuner's and every bench's:
+ * random A and B on the device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K),
+ * the reference from templates/gemm_reference.lua over the same inputs, and the same GEMM on
+ * cuBLAS as the baseline. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
@@ -35,6 +36,7 @@ static sj_status gemm_setup(harness *h, uint64_t seed)
     if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
     if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
     h->out_count = (size_t)(p->m * p->n);
+    h->out_rows = p->m;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) return st;
     h->out = s->C;
@@ -66,5 +68,6 @@ const harness_ops harness_gemm = {
     .launch = gemm_launch,
     .reference = gemm_reference,
     .flops = gemm_flops,
+    .baseline = harness_baseline_gemm,
     .teardown = gemm_teardown,
 };

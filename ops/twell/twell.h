@@ -10,7 +10,12 @@
 #define TWELL_DEFAULT_SPARSITY 0.99
 
 extern const harness_ops harness_twell_gate, harness_twell_ffn; /* twell_harness.c */
-extern const bench_op bench_op_twell;                            /* twell_bench.c: both ops */
+
+/* The gate's random inputs for a twell-gate problem (m tokens, n = d_ff, k = d_model): X (m x k)
+ * and WgT (n x k) uniform in [-1, 1), column 0 of X all ones and column 0 of WgT each unit's
+ * bias, so that relu(X . Wg) has the problem's sparsity and skew (twell_harness.c). The gate's
+ * harness and the FFN block's bench share them. */
+sj_status twell_gate_inputs(const sj_problem *gate, uint64_t *rng, uint16_t *X, uint16_t *WgT);
 
 /* Launches a twell-gate kernel with its ABI (X, WgT, H, M, N, K, and the TMA descriptors of X
  * and WgT): sj_twell_gate and the tuner's harness share it. */

@@ -1,16 +1,19 @@
-/* twell_harness.c: the tuner's harnesses for the two TwELL ops of an FFN block.
+/* twell_harness.c: the harnesses of the two TwELL ops of an FFN block, what the tuner and every
+ * bench of twell-gate and twell-ffn time, check and count.
  *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
  * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity
  * (timings depend on it; the cache key carries it; with twell_skew each unit has its own rate,
  * harness_unit_rates) or, when that is unspecified, a fraction C / (2T) of non-zeros: tiles
- * then hold C/2 on average and rarely overflow. The
- * output is read back through sj_twell_download + sj_twell_to_dense (which also validates it),
- * and compared with relu of templates/gemm_reference.lua over the same X and Wg.
+ * then hold C/2 on average and rarely overflow (twell_gate_inputs; the FFN block's bench takes
+ * its inputs from there too). The output is read back through sj_twell_download +
+ * sj_twell_to_dense (which also validates it), and compared with relu of
+ * templates/gemm_reference.lua over the same X and Wg. Its baseline: the one dense GEMM.
  *
  * twell-ffn (Y = (H (.) (X . Wu)) . Wd): H random with that density (positive values, as a ReLU
  * gives), X, Wu, Wd random; the reference is computed on the host in fp64 over H's non-zeros
  * only (2 * nnz(H) * d_model multiply-adds), rounding h * u to the input dtype as the op does.
+ * Its baseline: the up GEMM, the element-wise product with H and the down GEMM, all dense.
  * Kernel ABIs: templates/twell_gate.lua and templates/twell_ffn.lua. */
 #include "tuner/harness.h"
 #include "core/error.h"
@@ -62,7 +65,26 @@ static void gate_teardown(harness *h)
     h->state = NULL;
 }
 
-/* z with P(N(0,1) > z) = q, by bisection on erfc: only called once per setup. */
+sj_status twell_gate_inputs(const sj_problem *gate, uint64_t *rng, uint16_t *X, uint16_t *WgT)
+{
+    int64_t M = gate->m, N = gate->n, K = gate->k;
+    harness_fill16(gate->dtype, X, (size_t)(M * K), 1.0f, rng);
+    harness_fill16(gate->dtype, WgT, (size_t)(N * K), 1.0f, rng);
+    if (K < 2) return SJ_OK; /* no column to spare for the bias: the law is relu's own, half zeros */
+    double *shift = malloc(sizeof *shift * (size_t)N);
+    if (!shift) return error_set(SJ_ERR_OUT_OF_MEMORY, "twell inputs: out of memory for %lld unit shifts", (long long)N);
+    /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit j's
+     * bias makes it fire at its rate (all alike unless the problem has a skew). */
+    sj_status st = harness_unit_shifts(target_density(gate), gate->twell_skew, sqrt((double)(K - 1) / 9.0), N, rng, shift);
+    if (st == SJ_OK) {
+        uint16_t one = harness_f32_to_16(gate->dtype, 1.0f);
+        for (int64_t r = 0; r < M; r++) X[r * K] = one;
+        for (int64_t j = 0; j < N; j++) WgT[j * K] = harness_f32_to_16(gate->dtype, (float)-shift[j]);
+    }
+    free(shift);
+    return st;
+}
+
 static sj_status gate_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
@@ -74,39 +96,27 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     int64_t M = p->m, N = p->n, K = p->k;
     uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
              *WgT = malloc(sizeof *WgT * (size_t)(N * K));
-    double *shift = malloc(sizeof *shift * (size_t)N);
-    if (!X || !Wg || !WgT || !shift) {
+    if (!X || !Wg || !WgT) {
         st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
                      (long long)N, (long long)K);
         goto done;
     }
     uint64_t rng = seed_state(seed, 0x7f4a7c15f39cc060ull);
-    harness_fill16(p->dtype, X, (size_t)(M * K), 1.0f, &rng);
-    harness_fill16(p->dtype, Wg, (size_t)(K * N), 1.0f, &rng);
-    if (K >= 2) {
-        /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit
-         * j's bias makes it fire at its rate (all alike unless the problem has a skew). */
-        if ((st = harness_unit_shifts(target_density(p), p->twell_skew, sqrt((double)(K - 1) / 9.0), N, &rng, shift)) !=
-            SJ_OK)
-            goto done;
-        uint16_t one = harness_f32_to_16(p->dtype, 1.0f);
-        for (int64_t r = 0; r < M; r++) X[r * K] = one;
-        for (int64_t j = 0; j < N; j++) Wg[j] = harness_f32_to_16(p->dtype, (float)-shift[j]);
-    }
-    for (int64_t kk = 0; kk < K; kk++)
-        for (int64_t j = 0; j < N; j++) WgT[j * K + kk] = Wg[kk * N + j];
+    if ((st = twell_gate_inputs(p, &rng, X, WgT)) != SJ_OK) goto done;
+    for (int64_t kk = 0; kk < K; kk++) /* the reference kernel takes Wg as K x N */
+        for (int64_t j = 0; j < N; j++) Wg[kk * N + j] = WgT[j * K + kk];
     if ((st = harness_upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
         (st = harness_upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
         (st = harness_upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
         (st = sj_twell_device_alloc(h->ctx, &s->layout, &s->H)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(M * N);
+    h->out_rows = M;
     h->out_dtype = p->dtype;
 done:
     free(X);
     free(Wg);
     free(WgT);
-    free(shift);
     return st;
 }
 
@@ -167,6 +177,7 @@ const harness_ops harness_twell_gate = {
     .launch = gate_launch,
     .reference = gate_reference,
     .flops = gate_flops,
+    .baseline = harness_baseline_gemm,
     .teardown = gate_teardown,
     .poison = gate_poison,
     .read = gate_read,
@@ -250,6 +261,7 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
         (st = harness_upload(h->ctx, s->hWd, sizeof *s->hWd * (size_t)(F * D), &s->Wd)) != SJ_OK)
         return st;
     h->out_count = (size_t)(M * D);
+    h->out_rows = M;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->Y)) != SJ_OK) return st;
     h->out = s->Y;
@@ -262,13 +274,17 @@ static sj_status ffn_launch(harness *h, const loaded_kernel *k, void *stream)
     return twell_ffn_launch(h->ctx, k, &h->problem, s->X, &s->H, s->WuT, s->Wd, s->Y, stream);
 }
 
-/* Host fp64 over the non-zeros of H: independent of every GPU code path. */
+/* Host fp64 over the non-zeros of H: independent of every GPU code path. Every row for the
+ * tuner's gate; the sampled rows for a bench, where all of them (2 * nnz(H) * d_model terms)
+ * would take minutes at 90% sparsity and 8192 tokens. */
 static sj_status ffn_reference(harness *h)
 {
     ffn_state *s = h->state;
     const sj_problem *p = &h->problem;
     int64_t M = p->m, D = p->n, F = p->d_ff;
-    h->reference = malloc(h->out_count * sizeof *h->reference);
+    h->ref_sampled = h->mode == HARNESS_REFERENCE_SAMPLED;
+    int64_t rows = h->ref_sampled ? harness_sample_count(M) : M;
+    h->reference = malloc((size_t)(rows * D) * sizeof *h->reference);
     double *x = malloc(sizeof *x * (size_t)D), *y = malloc(sizeof *y * (size_t)D);
     if (!h->reference || !x || !y) {
         free(x);
@@ -278,7 +294,8 @@ static sj_status ffn_reference(harness *h)
     /* the table holds every 16-bit value exactly: the same sums as converting each element, at a
      * fraction of the cost (2 * nnz(H) * d_model terms: billions for a large FFN) */
     const float *lut = harness_lut16(p->dtype);
-    for (int64_t r = 0; r < M; r++) {
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t r = h->ref_sampled ? harness_sample_row(M, (int)i) : i;
         for (int64_t c = 0; c < D; c++) {
             x[c] = lut[s->hX[r * D + c]];
             y[c] = 0;
@@ -292,7 +309,7 @@ static sj_status ffn_reference(harness *h)
             double hu = lut[harness_f32_to_16(p->dtype, (float)(lut[hb] * u))];
             for (int64_t c = 0; c < D; c++) y[c] += hu * lut[wd[c]];
         }
-        for (int64_t c = 0; c < D; c++) h->reference[r * D + c] = (float)y[c];
+        for (int64_t c = 0; c < D; c++) h->reference[i * D + c] = (float)y[c];
     }
     free(x);
     free(y);
@@ -307,11 +324,21 @@ static double ffn_flops(const sj_problem *p)
     return 4.0 * (double)p->m * (double)p->n * (double)p->d_ff * target_density(p);
 }
 
+/* The dense products the fused FFN replaces: U = X . Wu, H (.) U, and Y = (H (.) U) . Wd. */
+static int ffn_baseline(const sj_problem *p, baseline_step steps[BASELINE_MAX])
+{
+    steps[0] = (baseline_step){ BASELINE_GEMM, p->m, p->d_ff, p->n };
+    steps[1] = (baseline_step){ BASELINE_PRODUCT, p->m, p->d_ff, 0 };
+    steps[2] = (baseline_step){ BASELINE_GEMM, p->m, p->n, p->d_ff };
+    return 3;
+}
+
 const harness_ops harness_twell_ffn = {
     .op = SJ_OP_TWELL_FFN,
     .setup = ffn_setup,
     .launch = ffn_launch,
     .reference = ffn_reference,
     .flops = ffn_flops,
+    .baseline = ffn_baseline,
     .teardown = ffn_teardown,
 };

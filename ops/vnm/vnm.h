@@ -5,6 +5,5 @@
 #include "tuner/harness.h"
 
 extern const harness_ops harness_vnm; /* vnm_harness.c */
-extern const bench_op bench_op_vnm;   /* vnm_bench.c */
 
 #endif

@@ -1,6 +1,7 @@
-/* vnm_harness.c: the tuner's harness for V:N:M SpMM (C = alpha * A_vnm . B + beta * C): a random
- * dense A pruned to V:N:M by magnitude and compressed on the host, random B, a launch of a given
- * kernel with the vnm-spmm ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
+/* vnm_harness.c: the harness of V:N:M SpMM (C = alpha * A_vnm . B + beta * C), the tuner's and
+ * every bench's (baseline: the dense GEMM of the same shape): a random dense A pruned to V:N:M
+ * by magnitude and compressed on the host, random B, a launch of a given kernel with the vnm-spmm
+ * ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
  * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
  * neither the format's device path nor the sparse kernel's arithmetic. beta = 0 (C not read),
  * so the NaN-poisoned output catches unwritten elements; alpha != 1 checks the scaling. */
@@ -67,6 +68,7 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
         (st = harness_upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(p->m * p->n);
+    h->out_rows = p->m;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->C)) != SJ_OK) goto done;
     h->out = s->C;
@@ -112,5 +114,6 @@ const harness_ops harness_vnm = {
     .launch = vnm_launch,
     .reference = vnm_reference,
     .flops = vnm_flops,
+    .baseline = harness_baseline_gemm,
     .teardown = vnm_teardown,
 };

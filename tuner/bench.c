@@ -1,0 +1,172 @@
+/* bench.c: bench_run, the one benchmark path (bench.h): the name to an op's harness or a
+ * benchmark of several kernels, the first launch and the check, then interleaved rounds of the
+ * benchmark and its dense baseline, reduced to medians. */
+#include "tuner/bench.h"
+#include "core/error.h"
+#include "runtime/runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ROUNDS 100
+
+void bench_options_init(bench_options *o)
+{
+    memset(o, 0, sizeof *o);
+    measure_options_init(&o->measure);
+    o->rounds = 1;
+    o->cublas = 1;
+    o->seed = 1;
+}
+
+sj_status bench_find(const char *name, const op_desc **op, const op_bench **bench)
+{
+    *op = NULL;
+    *bench = NULL;
+    const op_desc *d = op_find_name(name);
+    if (d && d->harness) {
+        *op = d;
+        return SJ_OK;
+    }
+    if ((*bench = op_bench_find_name(name))) return SJ_OK;
+    return error_set(SJ_ERR_INVALID_ARGUMENT, "bench: '%s' %s; expected an op (%s) or a benchmark (%s)",
+                     name ? name : "(null)", d ? "is a conversion with no harness" : "is not an op or a benchmark",
+                     op_tunable_names(), op_bench_names());
+}
+
+sj_status bench_flops(const char *name, const sj_problem *p, double *flops)
+{
+    const op_desc *d;
+    const op_bench *b;
+    sj_status st = bench_find(name, &d, &b);
+    if (st != SJ_OK) return st;
+    *flops = d ? d->harness->flops(p) : b->ops->flops(p);
+    return SJ_OK;
+}
+
+/* What is timed: an op's kernel through its harness, or a benchmark's parts. */
+typedef struct target {
+    sj_context *ctx;
+    harness h;               /* an op: its harness and the kernel the request path gives */
+    const loaded_kernel *k;
+    const bench_ops *ops;    /* a benchmark of several kernels */
+    bench_case *c;
+} target;
+
+static sj_status target_launch(void *user)
+{
+    target *t = user;
+    return t->ops ? t->ops->launch(t->ctx, t->c) : t->h.ops->launch(&t->h, t->k, NULL);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return measure_quantile(v, n, 0.5);
+}
+
+/* The first launch (lookup, compile, load included), timed on the host, and the kernel it ran. */
+static sj_status first_launch(target *t, const sj_problem *p, bench_result *out)
+{
+    double t0 = rt_seconds();
+    sj_status st = t->ops ? SJ_OK : rt_kernel_for(t->ctx, p, &t->k);
+    if (st == SJ_OK && (st = target_launch(t)) == SJ_OK) st = sj_synchronize(t->ctx);
+    if (st != SJ_OK) return st;
+    out->first_ms = (rt_seconds() - t0) * 1e3;
+    sj_kernel_info ki;
+    if ((st = sj_last_kernel_info(t->ctx, &ki)) != SJ_OK) return st;
+    snprintf(out->run.config, sizeof out->run.config, "%s", ki.config);
+    snprintf(out->template_name, sizeof out->template_name, "%s", ki.template_name);
+    out->run.origin = ki.origin;
+    out->run.source = ki.source;
+    return SJ_OK;
+}
+
+/* The rounds: the benchmark, then its baseline (until it fails), each timed with the same budgets. */
+static sj_status timed_rounds(target *t, const sj_problem *p, const bench_options *o, bench_result *out)
+{
+    measure_session ms;
+    sj_status st = measure_begin(t->ctx, &ms);
+    if (st != SJ_OK) return st;
+    double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS];
+    int n_cb = 0;
+    for (int r = 0; r < o->rounds && st == SJ_OK; r++) {
+        measure_result mr;
+        if ((st = measure_run(&ms, &o->measure, target_launch, t, &mr)) != SJ_OK) break;
+        us[r] = mr.median_us;
+        p20[r] = mr.p20_us;
+        p80[r] = mr.p80_us;
+        out->run.reps = mr.reps;
+        if (!o->cublas || out->cublas_error[0]) continue;
+        measure_result cr;
+        if (cublas_baseline_time(t->ctx, p->dtype, out->n_baseline, out->baseline, &o->measure, &cr) == SJ_OK)
+            cb[n_cb++] = cr.median_us;
+        else /* the benchmark's own timing stands; the row says why it has no baseline */
+            snprintf(out->cublas_error, sizeof out->cublas_error, "%s", sj_last_error());
+    }
+    measure_end(&ms);
+    if (st != SJ_OK) return st;
+    out->run.median_us = median_of(us, o->rounds);
+    out->run.p20_us = median_of(p20, o->rounds);
+    out->run.p80_us = median_of(p80, o->rounds);
+    out->run.tflops = out->flops / (out->run.median_us * 1e-6) / 1e12;
+    if (n_cb == o->rounds) {
+        out->cublas_us = median_of(cb, n_cb);
+        out->cublas_tflops = out->dense_flops / (out->cublas_us * 1e-6) / 1e12;
+        out->speedup = out->cublas_us / out->run.median_us;
+    }
+    return SJ_OK;
+}
+
+sj_status bench_run(sj_context *ctx, const char *name, const sj_problem *p, const bench_options *o, bench_result *out)
+{
+    if (!ctx || !p || !o || !out)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench: %s is NULL", !ctx ? "ctx" : !p ? "problem" : !o ? "options" : "result");
+    memset(out, 0, sizeof *out);
+    out->cublas_us = out->cublas_tflops = out->speedup = NAN;
+    if (o->rounds < 1 || o->rounds > MAX_ROUNDS)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench: rounds %d: expected 1..%d", o->rounds, MAX_ROUNDS);
+    const op_desc *d;
+    const op_bench *b;
+    sj_status st = bench_find(name, &d, &b);
+    if (st != SJ_OK) return st;
+    sj_op want = d ? d->op : b->op;
+    if (p->op != want)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: problem.op is %s, expected a %s problem", name,
+                         sj_op_name(p->op) ? sj_op_name(p->op) : "not an op", sj_op_name(want));
+    if ((st = sj_problem_validate(p)) != SJ_OK) return st;
+    if ((st = rt_require_gpu(ctx, "benchmarking")) != SJ_OK) return st;
+    out->flops = d ? d->harness->flops(p) : b->ops->flops(p);
+    out->n_baseline = d ? d->harness->baseline(p, out->baseline) : b->ops->baseline(p, out->baseline);
+    for (int i = 0; i < out->n_baseline; i++)
+        if (out->baseline[i].kind == BASELINE_GEMM)
+            out->dense_flops += 2.0 * out->baseline[i].m * out->baseline[i].n * out->baseline[i].k;
+
+    target t = { .ctx = ctx, .ops = b ? b->ops : NULL };
+    st = b ? b->ops->setup(ctx, p, o->seed, &t.c) : harness_open(ctx, p, o->seed, HARNESS_REFERENCE_SAMPLED, &t.h);
+    if (st != SJ_OK) return st;
+    if ((st = first_launch(&t, p, out)) != SJ_OK) goto done;
+    /* the check first: a kernel that computes the wrong result is not timed */
+    int sticky = 0;
+    st = b ? b->ops->check(ctx, t.c, &out->run.rel_error) : harness_check(&t.h, t.k, &out->run.rel_error, &sticky);
+    if (st != SJ_OK) goto done;
+    if (!(out->run.rel_error <= harness_tolerance(p))) {
+        st = error_set(SJ_ERR_VERIFY, "bench %s: config %s computes the wrong result: relative error %.3g against the "
+                       "reference (tolerance %.3g); not timed", name, out->run.config, out->run.rel_error,
+                       harness_tolerance(p));
+        goto done;
+    }
+    st = timed_rounds(&t, p, o, out);
+done:
+    if (b && t.c) b->ops->teardown(ctx, t.c);
+    if (!b) harness_close(&t.h);
+    return st;
+}
