@@ -322,18 +322,37 @@ sj_status cachei_migrate(sqlite3 *db, const char *path)
     return cachei_commit(db, path, "migrate");
 }
 
-/* Renames a corrupt cache (and its WAL) to path.corrupt, dropping its shared-memory file. */
+#define CACHE_MAX_ASIDE 100 /* path.corrupt, path.corrupt.1 .. path.corrupt.99 */
+
+/* Moves src to dst unless dst exists: link() fails with EEXIST rather than replace it. */
+static int move_no_replace(const char *src, const char *dst)
+{
+    if (link(src, dst) != 0) return -1;
+    return unlink(src);
+}
+
+/* Renames a corrupt cache (and its WAL) to path.corrupt, or path.corrupt.N when earlier ones
+ * are there (each may be the only copy of someone's tuning), dropping its shared-memory file. */
 static sj_status move_aside(const char *path, const char *why, sj_log_fn log, void *log_user)
 {
     char dst[1100], wal[1100], dst_wal[1100], shm[1100];
-    snprintf(dst, sizeof dst, "%s.corrupt", path);
     snprintf(wal, sizeof wal, "%s-wal", path);
-    snprintf(dst_wal, sizeof dst_wal, "%s.corrupt-wal", path);
     snprintf(shm, sizeof shm, "%s-shm", path);
-    if (rename(path, dst) != 0)
+    int moved = -1;
+    for (int n = 0; n < CACHE_MAX_ASIDE && moved != 0; n++) {
+        if (n == 0)
+            snprintf(dst, sizeof dst, "%s.corrupt", path);
+        else
+            snprintf(dst, sizeof dst, "%s.corrupt.%d", path, n);
+        snprintf(dst_wal, sizeof dst_wal, "%s-wal", dst);
+        if (access(dst_wal, F_OK) == 0) continue; /* a WAL of an earlier one: leave the pair alone */
+        moved = move_no_replace(path, dst);
+        if (moved != 0 && errno != EEXIST) break;
+    }
+    if (moved != 0)
         return error_set(SJ_ERR_IO, "cache %s is corrupt (%s) and cannot be moved aside to %s: %s",
-                       path, why, dst, strerror(errno));
-    if (rename(wal, dst_wal) != 0 && errno != ENOENT)
+                       path, why, dst, errno == EEXIST ? "too many earlier copies are there" : strerror(errno));
+    if (move_no_replace(wal, dst_wal) != 0 && errno != ENOENT)
         return error_set(SJ_ERR_IO, "cache: cannot move %s aside to %s: %s", wal, dst_wal, strerror(errno));
     if (unlink(shm) != 0 && errno != ENOENT)
         return error_set(SJ_ERR_IO, "cache: cannot remove %s: %s", shm, strerror(errno));
@@ -365,7 +384,7 @@ sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db *
                        "an empty cache path means the cache is disabled)");
     cache_db *c = calloc(1, sizeof *c);
     if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "cache_open: out of memory");
-    /* room for the ".corrupt-wal" suffix of move_aside */
+    /* room for the ".corrupt.99-wal" suffix of move_aside */
     if (strlen(path) + 16 >= sizeof c->path) {
         free(c);
         return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path '%s' is longer than %zu bytes",

@@ -508,6 +508,17 @@ int cmd_cache(int argc, char **argv)
                 "run `sparsejit cache clear --yes` to do it\n", path);
         return 2;
     }
+    /* Reading never creates a file: `cache --db typo.db list` says there is none instead. */
+    int reads = !strcmp(cmd, "list") || !strcmp(cmd, "show") || !strcmp(cmd, "export");
+    struct stat st;
+    if (reads && stat(path, &st) != 0 && errno == ENOENT) {
+        if (!strcmp(cmd, "list") && o.json) {
+            printf("[]\n");
+            return 0;
+        }
+        fprintf(stderr, "sparsejit cache: there is no cache at %s (nothing compiled or tuned there yet)\n", path);
+        return !strcmp(cmd, "list") ? 0 : 1;
+    }
     cache_db *db = NULL;
     if (cache_open(path, cli_warning, NULL, &db) != SJ_OK) return fail();
     if (!strcmp(cmd, "list")) rc = cmd_list(db, path, &o);

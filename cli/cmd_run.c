@@ -1,17 +1,27 @@
-/* cmd_run.c: `sparsejit run script.lua [args]`: runs a user's Lua script (sweeps) in a normal
- * Lua state with the standard libraries and the `sparsejit` module (cli/lua_sparsejit.c), both as
- * `require "sparsejit"` and as the global `sparsejit`. The script's arguments are in `arg` and
- * `...`. Errors, syntax errors included, are reported with the script's file:line. */
+/* cmd_run.c: `sparsejit run [--timeout S] script.lua [args]`: runs a user's Lua script (sweeps)
+ * in a normal Lua state with the standard libraries and the `sparsejit` module
+ * (cli/lua_sparsejit.c), both as `require "sparsejit"` and as the global `sparsejit`. The script
+ * is the user's own program, so it gets io, os and the rest by design (templates are what the
+ * sandbox is for); what it loads, though, must be source text: load, loadfile and dofile refuse
+ * binary chunks, which Lua does not verify and which crash it when corrupt. The script's
+ * arguments are in `arg` and `...`. Errors, syntax errors included, are reported with the
+ * script's file:line. */
 #include "cli/commands.h"
 
+#include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* cli/lua_sparsejit.c */
 int luaopen_sparsejit(lua_State *L);
+
+#define RUN_MAX_TIMEOUT_S 604800.0 /* a week */
 
 static int traceback(lua_State *L)
 {
@@ -21,53 +31,149 @@ static int traceback(lua_State *L)
     return 1;
 }
 
+/* load(chunk [, name [, mode [, env]]]) and loadfile(file [, mode [, env]]) with mode forced to
+ * text. Upvalues: the standard function, the index of its mode argument. */
+static int load_text_only(lua_State *L)
+{
+    int mode_arg = (int)lua_tointeger(L, lua_upvalueindex(2));
+    const char *mode = luaL_optstring(L, mode_arg, "t");
+    if (strchr(mode, 'b'))
+        return luaL_error(L, "binary chunks are refused (mode '%s'): sparsejit run loads Lua source text only", mode);
+    if (lua_gettop(L) < mode_arg) lua_settop(L, mode_arg);
+    lua_pushliteral(L, "t");
+    lua_replace(L, mode_arg);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+static int dofile_text_only(lua_State *L)
+{
+    const char *file = luaL_optstring(L, 1, NULL);
+    lua_settop(L, 1);
+    if (luaL_loadfilex(L, file, "t") != LUA_OK) return lua_error(L);
+    lua_call(L, 0, LUA_MULTRET);
+    return lua_gettop(L) - 1;
+}
+
+static void wrap_loader(lua_State *L, const char *name, int mode_arg)
+{
+    lua_getglobal(L, name);
+    lua_pushinteger(L, mode_arg);
+    lua_pushcclosure(L, load_text_only, 2);
+    lua_setglobal(L, name);
+}
+
+/* --timeout: checked every few thousand instructions; once passed the hook raises at every
+ * instruction, so a pcall in the script cannot keep it running. A library call in progress
+ * (a tune, a bench) finishes first. */
+static double deadline;
+static double timeout_s;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void timeout_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    if (now_s() < deadline) return;
+    lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
+    luaL_error(L, "the script ran past --timeout %f s", timeout_s);
+}
+
+/* Everything that touches the state runs here, inside lua_pcall: an allocation failure while
+ * setting up is an error, not Lua's panic. Arguments: argc, argv as light userdata. */
+static int run_script(lua_State *L)
+{
+    int argc = (int)lua_tointeger(L, 1);
+    char **argv = lua_touserdata(L, 2);
+    luaL_openlibs(L);
+    wrap_loader(L, "load", 3);
+    wrap_loader(L, "loadfile", 2);
+    lua_pushcfunction(L, dofile_text_only);
+    lua_setglobal(L, "dofile");
+    luaL_requiref(L, "sparsejit", luaopen_sparsejit, 1);
+    lua_pop(L, 1);
+    lua_createtable(L, argc - 1, 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setglobal(L, "arg");
+    if (luaL_loadfilex(L, argv[0], "t") != LUA_OK) return lua_error(L);
+    for (int i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
+    if (timeout_s > 0) {
+        deadline = now_s() + timeout_s;
+        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 10000);
+    }
+    lua_call(L, argc - 1, 0);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sparsejit run [--timeout SECONDS] SCRIPT.lua [ARGS...]\n\n"
+               "Runs a Lua 5.4 script with the full standard library (io, os, ...: a script is your own\n"
+               "program, unlike a template, which runs sandboxed) and the sparsejit module:\n"
+               "  sparsejit.info()                    device, arch, driver, NVRTC, cache path\n"
+               "  sparsejit.tune{op=, dtype=, shape={m,n,k}, vnm=\"64:2:8\", strategy=, budget_trials=, ...}\n"
+               "  sparsejit.bench{op=, dtype=, shape={m,n,k}, rounds=, seed=, cublas=, ...}\n"
+               "                                      {median_us=, tflops=, rel_error=, cublas_us=, speedup=};\n"
+               "                                      op: as `sparsejit bench --op` (twell-ffn-block too)\n"
+               "  sparsejit.vnm_layout{vnm=, rows=, cols=, dtype=}  compressed sizes of a V:N:M matrix\n"
+               "  sparsejit.write_csv(path, rows [, columns])       rows: a list of tables\n"
+               "  sparsejit.configure{cache=, template_dir=}       before the first call\n"
+               "  sparsejit.stats()                   counters: compiles, cache hits, launches\n"
+               "load, loadfile and dofile accept source text only, never binary chunks.\n"
+               "--timeout SECONDS   stop the script with an error once it has run this long (0 < S <= %g);\n"
+               "                    checked between Lua instructions: a tune or bench in progress finishes first\n"
+               "ARGS are in the table `arg` (arg[0] is the script) and in `...`.\n"
+               "Examples: examples/vnm_sparsity_sweep.lua, examples/ffn_shape_sweep.lua\n",
+            RUN_MAX_TIMEOUT_S);
+}
+
 int cmd_run(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: sparsejit run SCRIPT.lua [ARGS...]\n\n"
-                   "Runs a Lua 5.4 script with the standard libraries and the sparsejit module:\n"
-                   "  sparsejit.info()                    device, arch, driver, NVRTC, cache path\n"
-                   "  sparsejit.tune{op=, dtype=, shape={m,n,k}, vnm=\"64:2:8\", strategy=, budget_trials=, ...}\n"
-                   "  sparsejit.bench{op=, dtype=, shape={m,n,k}, rounds=, seed=, cublas=, ...}\n"
-                   "                                      {median_us=, tflops=, rel_error=, cublas_us=, speedup=};\n"
-                   "                                      op: as `sparsejit bench --op` (twell-ffn-block too)\n"
-                   "  sparsejit.vnm_layout{vnm=, rows=, cols=, dtype=}  compressed sizes of a V:N:M matrix\n"
-                   "  sparsejit.write_csv(path, rows [, columns])       rows: a list of tables\n"
-                   "  sparsejit.configure{cache=, template_dir=}       before the first call\n"
-                   "  sparsejit.stats()                   counters: compiles, cache hits, launches\n"
-                   "ARGS are in the table `arg` (arg[0] is the script) and in `...`.\n"
-                   "Examples: examples/vnm_sparsity_sweep.lua, examples/ffn_shape_sweep.lua\n");
-        return argc < 2 ? 2 : 0;
+    if (argc >= 2 && !strcmp(argv[1], "--help")) {
+        usage(stdout);
+        return 0;
     }
-    const char *script = argv[1];
+    int first = 1;
+    timeout_s = 0;
+    if (argc >= 2 && !strcmp(argv[1], "--timeout")) {
+        char *end = NULL;
+        errno = 0;
+        double v = argc >= 3 ? strtod(argv[2], &end) : NAN;
+        if (argc < 3 || end == argv[2] || *end || errno || !(v > 0 && v <= RUN_MAX_TIMEOUT_S)) {
+            fprintf(stderr, "sparsejit run: --timeout takes seconds, a number > 0 and <= %g; got '%s'\n", RUN_MAX_TIMEOUT_S,
+                    argc >= 3 ? argv[2] : "");
+            return 2;
+        }
+        timeout_s = v;
+        first = 3;
+    }
+    if (argc <= first) {
+        usage(stderr);
+        return 2;
+    }
     lua_State *L = luaL_newstate();
     if (!L) {
         fprintf(stderr, "sparsejit run: cannot create a Lua state (out of memory)\n");
         return 1;
     }
-    luaL_openlibs(L);
-    luaL_requiref(L, "sparsejit", luaopen_sparsejit, 1);
-    lua_pop(L, 1);
-    lua_createtable(L, argc - 2, 1);
-    for (int i = 1; i < argc; i++) {
-        lua_pushstring(L, argv[i]);
-        lua_rawseti(L, -2, i - 1);
-    }
-    lua_setglobal(L, "arg");
-
     int rc = 0;
     lua_pushcfunction(L, traceback);
-    int handler = lua_gettop(L);
-    if (luaL_loadfilex(L, script, "t") != LUA_OK) {
+    lua_pushcfunction(L, run_script);
+    lua_pushinteger(L, argc - first);
+    lua_pushlightuserdata(L, argv + first);
+    if (lua_pcall(L, 2, 0, 1) != LUA_OK) {
         fprintf(stderr, "sparsejit run: %s\n", lua_tostring(L, -1));
         rc = 1;
-    } else {
-        for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
-        if (lua_pcall(L, argc - 2, 0, handler) != LUA_OK) {
-            fprintf(stderr, "sparsejit run: %s\n", lua_tostring(L, -1));
-            rc = 1;
-        }
     }
     lua_close(L); /* also destroys the module's context */
     return rc;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -27,6 +28,9 @@ struct gen_state {
     char arch[16];
     int max_shared;
     int sm_count; /* 0: unknown (no GPU) */
+    size_t memory_limit;                  /* the sandbox's limits; 0: its defaults */
+    unsigned long long instruction_limit;
+    unsigned wall_limit_ms;
 };
 
 void gen_set_target(gen_state *g, const char *arch, int max_shared_bytes, int sm_count)
@@ -102,6 +106,21 @@ static const char *gen_file(void *user, const char *name, size_t *len)
     return text;
 }
 
+/* A fresh sandbox with the generator's limits; g->sb stays NULL (err says why) on failure. */
+static void open_sandbox(gen_state *g, char *err, size_t errlen)
+{
+    g->sb = sandbox_open(gen_file, g, err, errlen);
+    if (g->sb) sandbox_set_limits(g->sb, g->memory_limit, g->instruction_limit, g->wall_limit_ms);
+}
+
+void gen_set_limits(gen_state *g, size_t memory_bytes, unsigned long long instructions, unsigned wall_ms)
+{
+    g->memory_limit = memory_bytes;
+    g->instruction_limit = instructions;
+    g->wall_limit_ms = wall_ms;
+    if (g->sb) sandbox_set_limits(g->sb, memory_bytes, instructions, wall_ms);
+}
+
 sj_status gen_open(const char *template_dir, gen_state **out)
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "gen_open: out is NULL");
@@ -116,14 +135,11 @@ sj_status gen_open(const char *template_dir, gen_state **out)
         snprintf(g->dir, sizeof g->dir, "%s", template_dir);
     }
     char err[512];
-    g->sb = sandbox_open(gen_file, g, err, sizeof err);
+    open_sandbox(g, err, sizeof err);
     if (!g->sb) {
         free(g);
         return error_set(SJ_ERR_TEMPLATE, "%s", err);
     }
-    lua_State *L = sandbox_state(g->sb);
-    lua_newtable(L);
-    lua_setfield(L, LUA_REGISTRYINDEX, "sj.templates");
     gen_set_target(g, "sm_90a", gen_arch_max_shared("sm_90a"), 0);
     *out = g;
     return SJ_OK;
@@ -261,38 +277,71 @@ void gen_config_format(const gen_config *c, char *buf, size_t len)
 
 /* ------------------------------------------------------------------ calling the template */
 
-/* Pushes the template table of name (loading it once). */
-static sj_status push_template(gen_state *g, const char *name)
+/* One generator operation: what it reads and what it gives back. It runs inside the sandbox's
+ * lua_pcall (gen_run), so every access to a template value, metamethods and allocation
+ * included, fails as an error; failures of the host's own are raised with their status. */
+typedef struct gen_call {
+    gen_state *g;
+    const char *name;
+    const sj_problem *p;
+    gen_config given;  /* config values named by the caller, over the default */
+    gen_config cfg;    /* the resolved config */
+    int valid;
+    char reason[512];
+    gen_space *space;
+    char (*configs)[256];
+    int max, n;
+    sj_generated *out; /* owned by the caller from the moment it is allocated */
+    double flops;
+} gen_call;
+
+static sj_status gen_run(gen_state *g, lua_CFunction fn, gen_call *c)
 {
-    lua_State *L = sandbox_state(g->sb);
-    lua_getfield(L, LUA_REGISTRYINDEX, "sj.templates");
+    char err[4096];
+    if (!g->sb) {
+        open_sandbox(g, err, sizeof err);
+        if (!g->sb) return error_set(SJ_ERR_TEMPLATE, "%s", err);
+    }
+    int code = 0;
+    int rc = sandbox_run(g->sb, fn, c, &code, err, sizeof err);
+    if (sandbox_spoiled(g->sb)) { /* the next operation starts from a fresh state */
+        sandbox_close(g->sb);
+        g->sb = NULL;
+    }
+    if (rc == 0) return SJ_OK;
+    return error_set(code ? (sj_status)code : SJ_ERR_TEMPLATE, "%s", err);
+}
+
+/* Pushes the template table of c->name, running the template the first time. */
+static void push_template(lua_State *L, gen_call *c)
+{
+    const char *name = c->name;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "sj.templates") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "sj.templates");
+    }
     if (lua_getfield(L, -1, name) == LUA_TTABLE) {
         lua_remove(L, -2);
-        return SJ_OK;
+        return;
     }
     lua_pop(L, 1);
-    char err[2048];
     size_t len;
-    if (!gen_file(g, name, &len)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_NOT_FOUND, "no template named '%s'%s%s", name, g->dir[0] ? " in " : "", g->dir);
-    }
-    if (sandbox_load_template(g->sb, name, err, sizeof err) != 0) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "%s", err);
-    }
+    if (!gen_file(c->g, name, &len))
+        sandbox_raise(L, SJ_ERR_NOT_FOUND, "no template named '%s'%s%s", name, c->g->dir[0] ? " in " : "", c->g->dir);
+    sandbox_push_template(L, name);
+    if (!lua_istable(L, -1))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua must return a table, it returned %s", name, luaL_typename(L, -1));
     static const char *const required[] = { "name", "op", "params", "space", "valid", "default", "generate", NULL };
     for (const char *const *f = required; *f; f++) {
-        if (lua_getfield(L, -1, *f) == LUA_TNIL) {
-            lua_pop(L, 3);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: the returned table has no field '%s'", name, *f);
-        }
+        if (lua_getfield(L, -1, *f) == LUA_TNIL)
+            sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: the returned table has no field '%s'", name, *f);
         lua_pop(L, 1);
     }
     lua_pushvalue(L, -1);
     lua_setfield(L, -3, name);
     lua_remove(L, -2);
-    return SJ_OK;
 }
 
 static void push_problem(gen_state *g, lua_State *L, const sj_problem *p)
@@ -332,159 +381,95 @@ static void push_config(lua_State *L, const gen_config *c)
     }
 }
 
-/* Calls template[fn](problem [, config]) leaving nresults on the stack (template popped). */
-static sj_status call_template(gen_state *g, const char *name, const char *fn, const sj_problem *p,
-                               const gen_config *cfg, int nresults)
+/* Calls template[fn](problem [, config]) leaving nresults on the stack. A plain table is
+ * allowed for `space` (no config, one result) and pushed as it is. */
+static void call_template(lua_State *L, gen_call *c, const char *fn, const gen_config *cfg, int nresults)
 {
-    lua_State *L = sandbox_state(g->sb);
-    sj_status st = push_template(g, name);
-    if (st != SJ_OK) return st;
+    push_template(L, c);
     if (lua_getfield(L, -1, fn) != LUA_TFUNCTION) {
-        int is_table = lua_istable(L, -1);
-        if (is_table && !cfg && nresults == 1) { /* a plain table is allowed for `space` */
+        if (lua_istable(L, -1) && !cfg && nresults == 1) {
             lua_remove(L, -2);
-            return SJ_OK;
+            return;
         }
-        lua_pop(L, 2);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", name, fn);
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: '%s' must be a function", c->name, fn);
     }
     lua_remove(L, -2);
-    push_problem(g, L, p);
+    push_problem(c->g, L, c->p);
     if (cfg) push_config(L, cfg);
-    char err[4096];
-    if (sandbox_pcall(g->sb, cfg ? 2 : 1, nresults, err, sizeof err) != LUA_OK)
-        return error_set(SJ_ERR_TEMPLATE, "%s (in %s.%s)", err, name, fn);
-    return SJ_OK;
+    if (sandbox_pcall(L, cfg ? 2 : 1, nresults) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "%s (in %s.%s)", msg ? msg : "(error object is not a string)", c->name, fn);
+    }
 }
 
 /* The template's params list, in its order. */
-static sj_status template_params(gen_state *g, const char *name, gen_config *names_only)
+static void template_params(lua_State *L, gen_call *c, gen_config *names_only)
 {
-    lua_State *L = sandbox_state(g->sb);
-    sj_status st = push_template(g, name);
-    if (st != SJ_OK) return st;
+    push_template(L, c);
     memset(names_only, 0, sizeof *names_only);
     lua_getfield(L, -1, "params");
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 2);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: 'params' must be a list of names", name);
-    }
+    if (!lua_istable(L, -1))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: 'params' must be a list of names", c->name);
     lua_Integer n = luaL_len(L, -1);
-    if (n > GEN_MAX_PARAMS) {
-        lua_pop(L, 2);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: more than %d params", name, GEN_MAX_PARAMS);
-    }
+    if (n < 0 || n > GEN_MAX_PARAMS)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: params has %lld entries; at most %d are allowed", c->name,
+                      (long long)n, GEN_MAX_PARAMS);
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, -1, i);
         size_t l;
-        const char *s = lua_tolstring(L, -1, &l);
-        if (!s || !name_ok(s, l)) {
-            lua_pop(L, 3);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: params[%lld] is not a short identifier", name, (long long)i);
-        }
+        const char *s = lua_geti(L, -1, i) == LUA_TSTRING ? lua_tolstring(L, -1, &l) : NULL;
+        if (!s || !name_ok(s, l))
+            sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: params[%lld] is not a short identifier", c->name,
+                          (long long)i);
         snprintf(names_only->names[names_only->n++], 16, "%s", s);
         lua_pop(L, 1);
     }
     lua_pop(L, 2);
-    return SJ_OK;
+}
+
+/* An integer the template gives for `what`, as an int. */
+static int template_int(lua_State *L, gen_call *c, int idx, const char *what, const char *field)
+{
+    int isnum;
+    lua_Integer v = lua_tointegerx(L, idx, &isnum);
+    if (!isnum) sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives no integer for '%s'", c->name, what, field);
+    if (v < INT_MIN || v > INT_MAX)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives %lld for '%s', outside the range of int", c->name,
+                      what, (long long)v, field);
+    return (int)v;
 }
 
 /* Reads a config table at the top of the stack (popped) for the template's params. */
-static sj_status read_config_table(lua_State *L, const char *name, const char *what, const gen_config *params,
-                                   gen_config *out)
+static void read_config_table(lua_State *L, gen_call *c, const char *what, const gen_config *params, gen_config *out)
 {
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s must return a table of params", name, what);
-    }
+    if (!lua_istable(L, -1))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: %s must return a table of params", c->name, what);
     *out = *params;
     for (int i = 0; i < params->n; i++) {
         lua_getfield(L, -1, params->names[i]);
-        int isnum;
-        lua_Integer v = lua_tointegerx(L, -1, &isnum);
+        out->values[i] = template_int(L, c, -1, what, params->names[i]);
         lua_pop(L, 1);
-        if (!isnum) {
-            lua_pop(L, 1);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s gives no integer for '%s'", name, what, params->names[i]);
-        }
-        out->values[i] = (int)v;
     }
     lua_pop(L, 1);
-    return SJ_OK;
 }
 
-static sj_status default_config(gen_state *g, const char *name, const sj_problem *p, gen_config *out)
+static void default_config(lua_State *L, gen_call *c, gen_config *out)
 {
     gen_config params;
-    sj_status st = template_params(g, name, &params);
-    if (st != SJ_OK) return st;
-    st = call_template(g, name, "default", p, NULL, 1);
-    if (st != SJ_OK) return st;
-    return read_config_table(sandbox_state(g->sb), name, "default()", &params, out);
+    template_params(L, c, &params);
+    call_template(L, c, "default", NULL, 1);
+    read_config_table(L, c, "default()", &params, out);
 }
 
-sj_status gen_default_config(gen_state *g, const char *name, const sj_problem *p, char *config, size_t len)
+/* c->cfg: the default, overridden by the values of c->given; unknown names refused. */
+static void resolve_config(lua_State *L, gen_call *c)
 {
-    gen_config c;
-    sj_status st = default_config(g, name, p, &c);
-    if (st != SJ_OK) return st;
-    gen_config_format(&c, config, len);
-    return SJ_OK;
-}
-
-sj_status gen_variant_configs(gen_state *g, const char *name, const sj_problem *p, char configs[][256], int max,
-                             int *n)
-{
-    *n = 0;
-    gen_config params, c;
-    sj_status st = template_params(g, name, &params);
-    if (st != SJ_OK) return st;
-    lua_State *L = sandbox_state(g->sb);
-    if ((st = push_template(g, name)) != SJ_OK) return st;
-    int has = lua_getfield(L, -1, "variants") != LUA_TNIL;
-    lua_pop(L, 2);
-    if (!has) { /* one variant: the template's default */
-        if ((st = default_config(g, name, p, &c)) != SJ_OK) return st;
-        gen_config_format(&c, configs[0], 256);
-        *n = 1;
-        return SJ_OK;
-    }
-    if ((st = call_template(g, name, "variants", p, NULL, 1)) != SJ_OK) return st;
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: variants() must return a list of configs", name);
-    }
-    lua_Integer count = luaL_len(L, -1);
-    if (count < 1 || count > max) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: variants() returned %lld configs; expected 1 .. %d", name,
-                         (long long)count, max);
-    }
-    for (lua_Integer i = 1; i <= count; i++) {
-        lua_geti(L, -1, i);
-        if ((st = read_config_table(L, name, "variants()", &params, &c)) != SJ_OK) {
-            lua_pop(L, 1);
-            return st;
-        }
-        gen_config_format(&c, configs[(*n)++], 256);
-    }
-    lua_pop(L, 1);
-    return SJ_OK;
-}
-
-/* Full config: the default, overridden by the named values of text; unknown names refused. */
-static sj_status resolve_config(gen_state *g, const char *name, const sj_problem *p, const char *text, gen_config *out)
-{
-    gen_config given;
-    sj_status st = gen_config_parse(text, &given);
-    if (st != SJ_OK) return st;
-    st = default_config(g, name, p, out);
-    if (st != SJ_OK) return st;
-    for (int i = 0; i < given.n; i++) {
+    default_config(L, c, &c->cfg);
+    gen_config *out = &c->cfg;
+    for (int i = 0; i < c->given.n; i++) {
         int found = 0;
         for (int j = 0; j < out->n; j++)
-            if (!strcmp(out->names[j], given.names[i])) {
-                out->values[j] = given.values[i];
+            if (!strcmp(out->names[j], c->given.names[i])) {
+                out->values[j] = c->given.values[i];
                 found = 1;
             }
         if (!found) {
@@ -493,122 +478,200 @@ static sj_status resolve_config(gen_state *g, const char *name, const sj_problem
                 strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
                 strncat(known, out->names[j], sizeof known - strlen(known) - 1);
             }
-            return error_set(SJ_ERR_INVALID_ARGUMENT, "config: template %s has no parameter '%s' (it has %s)", name,
-                           given.names[i], known);
+            sandbox_raise(L, SJ_ERR_INVALID_ARGUMENT, "config: template %s has no parameter '%s' (it has %s)", c->name,
+                          c->given.names[i], known);
         }
     }
+}
+
+/* c->valid and c->reason for c->cfg. */
+static void check_valid(lua_State *L, gen_call *c)
+{
+    call_template(L, c, "valid", &c->cfg, 2);
+    c->valid = lua_toboolean(L, -2);
+    const char *r = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    snprintf(c->reason, sizeof c->reason, "%s", c->valid ? "" : (r ? r : "rejected by the template's constraints"));
+    lua_pop(L, 2);
+}
+
+static gen_call *call_of(lua_State *L) { return lua_touserdata(L, 1); }
+
+static int run_default(lua_State *L)
+{
+    gen_call *c = call_of(L);
+    default_config(L, c, &c->cfg);
+    return 0;
+}
+
+static int run_resolve(lua_State *L)
+{
+    resolve_config(L, call_of(L));
+    return 0;
+}
+
+static int run_valid(lua_State *L)
+{
+    gen_call *c = call_of(L);
+    resolve_config(L, c);
+    check_valid(L, c);
+    return 0;
+}
+
+/* Parses the caller's config text into c->given before the call runs. */
+static sj_status prepare(gen_call *c, gen_state *g, const char *name, const sj_problem *p, const char *config)
+{
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->name = name;
+    c->p = p;
+    return gen_config_parse(config, &c->given);
+}
+
+sj_status gen_default_config(gen_state *g, const char *name, const sj_problem *p, char *config, size_t len)
+{
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, NULL);
+    if (st == SJ_OK) st = gen_run(g, run_default, &c);
+    if (st != SJ_OK) return st;
+    gen_config_format(&c.cfg, config, len);
     return SJ_OK;
+}
+
+static int run_variants(lua_State *L)
+{
+    gen_call *c = call_of(L);
+    gen_config params, cfg;
+    template_params(L, c, &params);
+    push_template(L, c);
+    int has = lua_getfield(L, -1, "variants") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (!has) { /* one variant: the template's default */
+        default_config(L, c, &cfg);
+        gen_config_format(&cfg, c->configs[0], 256);
+        c->n = 1;
+        return 0;
+    }
+    call_template(L, c, "variants", NULL, 1);
+    if (!lua_istable(L, -1))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: variants() must return a list of configs", c->name);
+    lua_Integer count = luaL_len(L, -1);
+    if (count < 1 || count > c->max)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: variants() returned %lld configs; expected 1 .. %d", c->name,
+                      (long long)count, c->max);
+    for (lua_Integer i = 1; i <= count; i++) {
+        lua_geti(L, -1, i);
+        read_config_table(L, c, "variants()", &params, &cfg);
+        gen_config_format(&cfg, c->configs[c->n++], 256);
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
+sj_status gen_variant_configs(gen_state *g, const char *name, const sj_problem *p, char configs[][256], int max,
+                             int *n)
+{
+    *n = 0;
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, NULL);
+    c.configs = configs;
+    c.max = max;
+    if (st == SJ_OK) st = gen_run(g, run_variants, &c);
+    if (st == SJ_OK) *n = c.n;
+    return st;
 }
 
 sj_status gen_canonical_config(gen_state *g, const char *name, const sj_problem *p, const char *config,
                                char *out, size_t len)
 {
-    gen_config c;
-    sj_status st = resolve_config(g, name, p, config, &c);
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, config);
+    if (st == SJ_OK) st = gen_run(g, run_resolve, &c);
     if (st != SJ_OK) return st;
-    gen_config_format(&c, out, len);
-    return SJ_OK;
-}
-
-static sj_status check_valid(gen_state *g, const char *name, const sj_problem *p, const gen_config *c,
-                             int *valid, char *reason, size_t reason_len)
-{
-    lua_State *L = sandbox_state(g->sb);
-    sj_status st = call_template(g, name, "valid", p, c, 2);
-    if (st != SJ_OK) return st;
-    *valid = lua_toboolean(L, -2);
-    if (reason && reason_len) {
-        const char *r = lua_tostring(L, -1);
-        snprintf(reason, reason_len, "%s", *valid ? "" : (r ? r : "rejected by the template's constraints"));
-    }
-    lua_pop(L, 2);
+    gen_config_format(&c.cfg, out, len);
     return SJ_OK;
 }
 
 sj_status gen_config_valid(gen_state *g, const char *name, const sj_problem *p, const char *config, int *valid,
                            char *reason, size_t reason_len)
 {
-    gen_config c;
-    sj_status st = resolve_config(g, name, p, config, &c);
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, config);
+    if (st == SJ_OK) st = gen_run(g, run_valid, &c);
     if (st != SJ_OK) return st;
-    return check_valid(g, name, p, &c, valid, reason, reason_len);
+    *valid = c.valid;
+    if (reason && reason_len) snprintf(reason, reason_len, "%s", c.reason);
+    return SJ_OK;
 }
 
-sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_space *out)
+static int run_space(lua_State *L)
 {
+    gen_call *c = call_of(L);
+    gen_space *out = c->space;
     gen_config params;
-    sj_status st = template_params(g, name, &params);
-    if (st != SJ_OK) return st;
-    st = call_template(g, name, "space", p, NULL, 1);
-    if (st != SJ_OK) return st;
-    lua_State *L = sandbox_state(g->sb);
-    memset(out, 0, sizeof *out);
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space must be (or return) a table", name);
-    }
+    template_params(L, c, &params);
+    call_template(L, c, "space", NULL, 1);
+    if (!lua_istable(L, -1))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: space must be (or return) a table", c->name);
     out->n_params = params.n;
     for (int i = 0; i < params.n; i++) {
         snprintf(out->names[i], sizeof out->names[i], "%s", params.names[i]);
-        lua_getfield(L, -1, params.names[i]);
-        if (!lua_istable(L, -1)) {
-            lua_pop(L, 2);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space has no list for param '%s'", name, params.names[i]);
-        }
+        if (lua_getfield(L, -1, params.names[i]) != LUA_TTABLE)
+            sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: space has no list for param '%s'", c->name, params.names[i]);
         lua_Integer n = luaL_len(L, -1);
-        if (n < 1 || n > GEN_MAX_VALUES) {
-            lua_pop(L, 2);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s must list 1..%d values", name, params.names[i],
-                           GEN_MAX_VALUES);
-        }
+        if (n < 1 || n > GEN_MAX_VALUES)
+            sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s must list 1..%d values", c->name, params.names[i],
+                          GEN_MAX_VALUES);
         for (lua_Integer j = 1; j <= n; j++) {
             lua_geti(L, -1, j);
-            int isnum;
-            lua_Integer v = lua_tointegerx(L, -1, &isnum);
+            char what[64];
+            snprintf(what, sizeof what, "space.%s[%lld]", params.names[i], (long long)j);
+            out->values[i][j - 1] = template_int(L, c, -1, what, params.names[i]);
             lua_pop(L, 1);
-            if (!isnum) {
-                lua_pop(L, 2);
-                return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: space.%s[%lld] is not an integer", name,
-                               params.names[i], (long long)j);
-            }
-            out->values[i][j - 1] = (int)v;
         }
         out->n_values[i] = (int)n;
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
-    return SJ_OK;
+    return 0;
 }
 
-static sj_status read_dim3(lua_State *L, const char *name, const char *field, unsigned out[3])
+sj_status gen_space_of(gen_state *g, const char *name, const sj_problem *p, gen_space *out)
 {
-    lua_getfield(L, -1, field);
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs %s = {x, y, z}", name, field);
-    }
+    memset(out, 0, sizeof *out);
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, NULL);
+    c.space = out;
+    if (st == SJ_OK) st = gen_run(g, run_space, &c);
+    if (st != SJ_OK) memset(out, 0, sizeof *out);
+    return st;
+}
+
+static void read_dim3(lua_State *L, gen_call *c, const char *field, unsigned out[3])
+{
+    if (lua_getfield(L, -1, field) != LUA_TTABLE)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs %s = {x, y, z}", c->name, field);
     for (int i = 0; i < 3; i++) {
-        lua_geti(L, -1, i + 1);
         int isnum = 1;
-        lua_Integer v = lua_isnil(L, -1) && i > 0 ? 1 : lua_tointegerx(L, -1, &isnum); /* {x} means {x,1,1} */
-        lua_pop(L, 1);
-        if (!isnum || v < 1 || v > 0x7fffffff) {
-            lua_pop(L, 1);
-            return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: %s[%d] must be a positive integer", name, field, i + 1);
-        }
+        int type = lua_geti(L, -1, i + 1);
+        lua_Integer v = type == LUA_TNIL && i > 0 ? 1 : lua_tointegerx(L, -1, &isnum); /* {x} means {x,1,1} */
+        if (!isnum || v < 1 || v > 0x7fffffff)
+            sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: %s[%d] must be a positive integer", c->name, field, i + 1);
         out[i] = (unsigned)v;
+        lua_pop(L, 1);
     }
     lua_pop(L, 1);
-    return SJ_OK;
 }
 
+/* A malloc'ed copy of the string field of the table at the top, or NULL when it is not one. */
 static char *dup_field(lua_State *L, const char *field)
 {
-    lua_getfield(L, -1, field);
-    size_t n;
-    const char *s = lua_tolstring(L, -1, &n);
     char *copy = NULL;
-    if (s && lua_type(L, -1) == LUA_TSTRING && (copy = malloc(n + 1))) memcpy(copy, s, n + 1);
+    if (lua_getfield(L, -1, field) == LUA_TSTRING) {
+        size_t n;
+        const char *s = lua_tolstring(L, -1, &n);
+        if (!(copy = malloc(n + 1))) sandbox_raise(L, SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+        memcpy(copy, s, n + 1);
+    }
     lua_pop(L, 1);
     return copy;
 }
@@ -623,74 +686,69 @@ void sj_generated_free(sj_generated *x)
     free(x);
 }
 
+static int run_generate(lua_State *L)
+{
+    gen_call *c = call_of(L);
+    const char *name = c->name;
+    resolve_config(L, c);
+    char canon[256];
+    gen_config_format(&c->cfg, canon, sizeof canon);
+    check_valid(L, c);
+    if (!c->valid)
+        sandbox_raise(L, SJ_ERR_INVALID_ARGUMENT, "config %s is not valid for this problem: %s", canon, c->reason);
+    call_template(L, c, "generate", &c->cfg, 1);
+    if (!lua_istable(L, -1)) sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: generate() must return a table", name);
+    sj_generated *x = c->out = calloc(1, sizeof *x);
+    if (!x || !(x->config = strdup(canon)) || !(x->template_name = strdup(name)))
+        sandbox_raise(L, SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
+    x->source = dup_field(L, "source");
+    x->entry = dup_field(L, "entry");
+    if (!x->source || !x->entry)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs string fields source and entry", name);
+    read_dim3(L, c, "grid", x->grid);
+    read_dim3(L, c, "block", x->block);
+    int type = lua_getfield(L, -1, "shared");
+    int isnum = 1;
+    lua_Integer shared = type == LUA_TNIL ? 0 : lua_tointegerx(L, -1, &isnum);
+    if (!isnum || shared < 0 || shared > 232448)
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: shared must be an integer number of bytes in 0..232448", name);
+    x->shared_bytes = (unsigned)shared;
+    lua_pop(L, 2);
+    if (!strstr(x->source, x->entry))
+        sandbox_raise(L, SJ_ERR_TEMPLATE, "templates/%s.lua: entry '%s' does not occur in the source", name, x->entry);
+    return 0;
+}
+
 sj_status gen_generate(gen_state *g, const char *name, const sj_problem *p, const char *config, sj_generated **out)
 {
     *out = NULL;
-    gen_config c;
-    sj_status st = resolve_config(g, name, p, config, &c);
-    if (st != SJ_OK) return st;
-    char canon[256], reason[512];
-    gen_config_format(&c, canon, sizeof canon);
-    int valid = 0;
-    st = check_valid(g, name, p, &c, &valid, reason, sizeof reason);
-    if (st != SJ_OK) return st;
-    if (!valid)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "config %s is not valid for this problem: %s", canon, reason);
-    st = call_template(g, name, "generate", p, &c, 1);
-    if (st != SJ_OK) return st;
-    lua_State *L = sandbox_state(g->sb);
-    if (!lua_istable(L, -1)) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() must return a table", name);
-    }
-    sj_generated *x = calloc(1, sizeof *x);
-    if (!x) {
-        lua_pop(L, 1);
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
-    }
-    x->source = dup_field(L, "source");
-    x->entry = dup_field(L, "entry");
-    x->config = strdup(canon);
-    x->template_name = strdup(name);
-    if (!x->source || !x->entry) {
-        lua_pop(L, 1);
-        sj_generated_free(x);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: generate() result needs string fields source and entry", name);
-    }
-    if ((st = read_dim3(L, name, "grid", x->grid)) != SJ_OK || (st = read_dim3(L, name, "block", x->block)) != SJ_OK) {
-        lua_pop(L, 1);
-        sj_generated_free(x);
+    gen_call c;
+    sj_status st = prepare(&c, g, name, p, config);
+    if (st == SJ_OK) st = gen_run(g, run_generate, &c);
+    if (st != SJ_OK) {
+        sj_generated_free(c.out);
         return st;
     }
-    lua_getfield(L, -1, "shared");
-    lua_Integer shared = lua_isnil(L, -1) ? 0 : lua_tointeger(L, -1);
-    lua_pop(L, 2);
-    if (shared < 0 || shared > 232448) {
-        sj_generated_free(x);
-        return error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: shared = %lld bytes is outside 0..232448", name, (long long)shared);
-    }
-    x->shared_bytes = (unsigned)shared;
-    if (!x->config || !x->template_name) {
-        sj_generated_free(x);
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "generate: out of memory");
-    }
-    if (!strstr(x->source, x->entry)) {
-        sj_status s2 = error_set(SJ_ERR_TEMPLATE, "templates/%s.lua: entry '%s' does not occur in the source", name, x->entry);
-        sj_generated_free(x);
-        return s2;
-    }
-    *out = x;
+    *out = c.out;
     return SJ_OK;
+}
+
+static int run_flops(lua_State *L)
+{
+    gen_call *c = call_of(L);
+    push_template(L, c);
+    int has = lua_getfield(L, -1, "flops") == LUA_TFUNCTION;
+    lua_pop(L, 2);
+    if (!has) return 0;
+    call_template(L, c, "flops", NULL, 1);
+    c->flops = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return 0;
 }
 
 double gen_problem_flops(gen_state *g, const char *name, const sj_problem *p)
 {
-    lua_State *L = sandbox_state(g->sb);
-    if (push_template(g, name) != SJ_OK) return 0;
-    int has = lua_getfield(L, -1, "flops") == LUA_TFUNCTION;
-    lua_pop(L, 2);
-    if (!has || call_template(g, name, "flops", p, NULL, 1) != SJ_OK) return 0;
-    double v = lua_tonumber(L, -1);
-    lua_pop(L, 1);
-    return v;
+    gen_call c;
+    if (prepare(&c, g, name, p, NULL) != SJ_OK || gen_run(g, run_flops, &c) != SJ_OK) return 0;
+    return c.flops;
 }

@@ -5,6 +5,8 @@
 
 #include "sparsejit.h"
 
+#include <stddef.h>
+
 typedef struct gen_state gen_state;
 
 #define GEN_MAX_PARAMS 16
@@ -22,6 +24,10 @@ typedef struct gen_space {
 /* template_dir: NULL uses the templates compiled into the library. */
 sj_status gen_open(const char *template_dir, gen_state **out);
 void gen_close(gen_state *g);
+
+/* The sandbox's limits per template call: memory (bytes), Lua instructions plus pattern-matching
+ * steps, and wall-clock milliseconds; 0 keeps the default (256 MiB, 500 million, 20 s). */
+void gen_set_limits(gen_state *g, size_t memory_bytes, unsigned long long instructions, unsigned wall_ms);
 
 /* The target the problem tables describe to templates: problem.arch ("sm_90a"), problem.SMEM
  * (dynamic shared memory a block may opt into, bytes) and problem.SMS (the device's SM count, 0

@@ -1,4 +1,5 @@
-/* lua_sandbox.h: the sandboxed Lua state templates run in (see lua_sandbox.c). */
+/* lua_sandbox.h: the sandboxed Lua state templates run in (see lua_sandbox.c). The state is
+ * reached only through sandbox_run, which runs a C function inside lua_pcall. */
 #ifndef SJ_LUA_SANDBOX_H
 #define SJ_LUA_SANDBOX_H
 
@@ -12,13 +13,27 @@ typedef const char *(*sandbox_reader)(void *user, const char *name, size_t *len)
 
 sandbox *sandbox_open(sandbox_reader reader, void *user, char *err, size_t errlen);
 void sandbox_close(sandbox *s);
-lua_State *sandbox_state(sandbox *s);
-/* 0 keeps a limit as it is. */
-void sandbox_set_limits(sandbox *s, size_t memory_bytes, unsigned long long instructions);
-/* lua_pcall with a traceback handler and a fresh instruction budget; on error the message
- * (with template file:line) is copied to err and popped. Returns the lua_pcall code. */
-int sandbox_pcall(sandbox *s, int nargs, int nresults, char *err, size_t errlen);
-/* Runs templates/<name>.lua and leaves the table it returns on the stack; -1 on error. */
-int sandbox_load_template(sandbox *s, const char *name, char *err, size_t errlen);
+/* Memory cap (bytes), instructions and wall-clock milliseconds per run; 0 keeps a limit. */
+void sandbox_set_limits(sandbox *s, size_t memory_bytes, unsigned long long instructions, unsigned wall_ms);
+
+/* Runs fn(L) inside lua_pcall with ud as its one argument (a light userdata) and a fresh CPU
+ * budget; the stack is as before afterwards. Returns 0, or -1 with the message in err and in
+ * *host_code the code fn gave sandbox_raise (0: the template failed, or a limit was reached). */
+int sandbox_run(sandbox *s, lua_CFunction fn, void *ud, int *host_code, char *err, size_t errlen);
+/* 1 when the last run hit the memory cap or Lua panicked: templates may hold what filled it,
+ * so the owner closes the state and opens another. */
+int sandbox_spoiled(const sandbox *s);
+
+/* Inside sandbox_run: */
+/* Raises a formatted error of the host's with host_code (nonzero) and no Lua traceback. */
+void sandbox_raise(lua_State *L, int host_code, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+/* lua_pcall with a traceback handler: on error the message (with template file:line) is on
+ * the stack. Returns the lua_pcall code. */
+int sandbox_pcall(lua_State *L, int nargs, int nresults);
+/* Counts steps of work done in C for the template against its budget; raises when spent. */
+void sandbox_charge(lua_State *L, unsigned long long steps);
+/* Runs templates/<name>.lua in a world of its own and pushes what it returns. */
+void sandbox_push_template(lua_State *L, const char *name);
 
 #endif

@@ -62,6 +62,13 @@ out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
 tmp=$(mktemp -d)
 "$cli" cache --db "$tmp/c.db" list --json | grep -q '^\[' || fail "cache list --json"
+# read commands never create a file
+for c in list "list --json" show "export $tmp/out.db"; do
+  "$cli" cache --db "$tmp/typo.db" $c >/dev/null 2>&1
+  [ ! -e "$tmp/typo.db" ] || fail "cache $c created $tmp/typo.db"
+done
+out=$("$cli" cache --db "$tmp/typo.db" show 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "there is no cache at $tmp/typo.db" || fail "cache show of no file (got $rc: $out)"
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "cache clear without --yes must exit 2 (got $rc: $out)"
 rm -rf "$tmp"

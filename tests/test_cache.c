@@ -573,6 +573,15 @@ static void assert_fresh_and_working(const char *path)
     assert_integrity_ok(path);
 }
 
+/* The file once at another path (same inode) is at `aside`, whole. */
+static void assert_moved_to(const char *aside, const struct stat *was, off_t size)
+{
+    struct stat now;
+    assert_int_equal(stat(aside, &now), 0);
+    assert_int_equal(now.st_ino, was->st_ino);
+    assert_int_equal(now.st_size, size);
+}
+
 static void test_garbage_file_moved_aside(void **state)
 {
     char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt");
@@ -580,12 +589,31 @@ static void test_garbage_file_moved_aside(void **state)
     struct stat before;
     assert_int_equal(stat(path, &before), 0);
     assert_fresh_and_working(path);
-    struct stat moved;
-    assert_int_equal(stat(aside, &moved), 0);
-    assert_int_equal(moved.st_ino, before.st_ino);
-    assert_int_equal(moved.st_size, 65536);
+    assert_moved_to(aside, &before, 65536);
     free(path);
     free(aside);
+    remove_dir(dir);
+}
+
+/* A second corrupt file goes to kernels.db.corrupt.1: the first, maybe the only copy of
+ * someone's tuning, is not overwritten. */
+static void test_second_corrupt_kept(void **state)
+{
+    char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt"),
+         *aside1 = path_in(dir, "kernels.db.corrupt.1");
+    write_random_file(path, 65536, 0);
+    struct stat first, second;
+    assert_int_equal(stat(path, &first), 0);
+    assert_fresh_and_working(path);
+    assert_int_equal(unlink(path), 0);
+    write_random_file(path, 32768, 0);
+    assert_int_equal(stat(path, &second), 0);
+    assert_fresh_and_working(path);
+    assert_moved_to(aside, &first, 65536);
+    assert_moved_to(aside1, &second, 32768);
+    free(path);
+    free(aside);
+    free(aside1);
     remove_dir(dir);
 }
 
@@ -1282,6 +1310,7 @@ int main(void)
         cmocka_unit_test(test_keep_the_best),
         cmocka_unit_test(test_corrupt_cubin),
         cmocka_unit_test(test_garbage_file_moved_aside),
+        cmocka_unit_test(test_second_corrupt_kept),
         cmocka_unit_test(test_damaged_pages_moved_aside),
         cmocka_unit_test(test_newer_and_foreign_refused),
         cmocka_unit_test(test_concurrent_processes),

@@ -3,7 +3,8 @@
  * raises a clear Lua error at the script's line, syntax and runtime errors name file:line,
  * arguments reach the script, bad arguments raise sparsejit messages, vnm_layout agrees with
  * the C API, and the shipped examples parse and refuse cleanly without a GPU. The GPU is hidden
- * (CUDA_VISIBLE_DEVICES="") so the test means the same on a GPU machine. The CLI is the build's
+ * (CUDA_VISIBLE_DEVICES="") so the test means the same on a GPU machine. Scripts load text
+ * chunks only, and --timeout stops one that a pcall would keep running. The CLI is the build's
  * (SJ_BINARY_DIR) unless $SPARSEJIT_CLI names another. */
 #include "test_util.h"
 
@@ -35,8 +36,8 @@ static char *slurp(const char *path)
 
 typedef struct run_result { int rc; char *out, *err; } run_result;
 
-/* Writes text to dir/name and runs `sparsejit run` on it with args, the GPU hidden. */
-static run_result run_script(const char *name, const char *text, const char *args)
+/* Writes text to dir/name and runs `sparsejit run OPTIONS` on it with args, the GPU hidden. */
+static run_result run_script_with(const char *options, const char *name, const char *text, const char *args)
 {
     char path[512], cmd[2048], out[512], err[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -52,11 +53,16 @@ static run_result run_script(const char *name, const char *text, const char *arg
     snprintf(err, sizeof err, "%s/stderr", dir);
     const char *cli = getenv("SPARSEJIT_CLI") ? getenv("SPARSEJIT_CLI") : SJ_BINARY_DIR "/sparsejit";
     if (access(cli, X_OK) != 0) fail_msg("the CLI %s is not built ($SPARSEJIT_CLI names another)", cli);
-    snprintf(cmd, sizeof cmd, "cd '%s' && CUDA_VISIBLE_DEVICES= SPARSEJIT_CACHE='%s/kernels.db' '%s' run '%s' %s >'%s' 2>'%s'",
-             dir, dir, cli, path, args ? args : "", out, err);
+    snprintf(cmd, sizeof cmd, "cd '%s' && CUDA_VISIBLE_DEVICES= SPARSEJIT_CACHE='%s/kernels.db' '%s' run %s '%s' %s >'%s' 2>'%s'",
+             dir, dir, cli, options, path, args ? args : "", out, err);
     int status = system(cmd);
     run_result r = { WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err) };
     return r;
+}
+
+static run_result run_script(const char *name, const char *text, const char *args)
+{
+    return run_script_with("", name, text, args);
 }
 
 static void done(run_result *r)
@@ -230,6 +236,45 @@ static void test_examples_parse_and_need_a_gpu(void **state)
     }
 }
 
+/* Corrupt bytecode crashes Lua (44 of 300 mutated chunks segfaulted): scripts load text only. */
+static void test_binary_chunks_refused(void **state)
+{
+    run_result r = run_script("dump.lua",
+        "local bin = string.dump(function() return 1 end)\n"
+        "local f, e = load(bin)\n"
+        "assert(f == nil and e:find('binary chunk'), 'load took a binary chunk')\n"
+        "local ok, e2 = pcall(load, bin, 'x', 'b')\n"
+        "assert(not ok and e2:find('binary chunks are refused'), tostring(e2))\n"
+        "local out = io.open('chunk.luac', 'wb') out:write(bin) out:close()\n"
+        "local g, e3 = loadfile('chunk.luac')\n"
+        "assert(g == nil and e3:find('binary chunk'), 'loadfile took a binary chunk')\n"
+        "assert(not pcall(dofile, 'chunk.luac'), 'dofile ran a binary chunk')\n"
+        "print('text ' .. load('return 6 * 7')() .. ' ' .. os.time() // os.time())\n", NULL);
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "text 42 1"); /* text chunks and the full standard library still work */
+    done(&r);
+}
+
+static void test_timeout(void **state)
+{
+    run_result r = run_script_with("--timeout 0.5", "spin.lua",
+        "while true do pcall(function() while true do end end) end\n", NULL);
+    assert_int_equal(r.rc, 1);
+    assert_contains(r.err, "ran past --timeout 0.5");
+    done(&r);
+    r = run_script_with("--timeout 30", "quick.lua", "print('args', ...)\n", "a b");
+    assert_int_equal(r.rc, 0);
+    assert_contains(r.out, "args\ta\tb");
+    done(&r);
+    const char *bad[] = { "--timeout 0", "--timeout -1", "--timeout 5x", "--timeout nan", "--timeout 1e9" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = run_script_with(bad[i], "quick.lua", NULL, NULL);
+        assert_int_equal(r.rc, 2);
+        assert_contains(r.err, "--timeout takes seconds, a number > 0 and <= 604800");
+        done(&r);
+    }
+}
+
 int main(void)
 {
     const char *d = tu_tempdir();
@@ -246,6 +291,8 @@ int main(void)
         cmocka_unit_test(test_bad_arguments_raise_sparsejit_messages),
         cmocka_unit_test(test_vnm_layout_matches_c_api),
         cmocka_unit_test(test_examples_parse_and_need_a_gpu),
+        cmocka_unit_test(test_binary_chunks_refused),
+        cmocka_unit_test(test_timeout),
     };
     return TU_RUN_TESTS(tests, NULL, NULL);
 }
