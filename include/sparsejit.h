@@ -345,6 +345,76 @@ SJ_API sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype
 SJ_API sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
                              sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
 
+/* ---------------------------------------------------------------- V:N:M training */
+/* A linear layer Y = W . X with W (out x in) in V:N:M, X in x T (T tokens), Y out x T, all
+ * row-major (tokens contiguous), trains with three products: the forward Y (sj_vnm_spmm), the
+ * input gradient dX = W^T . dY (in x T) and the weight gradient dW = dY . X^T, needed only where
+ * W keeps values. The host functions here are the references of the device ones (below) and
+ * work without a context.
+ *
+ * Double pruning (SLoPe): W^T is not V:N:M, so dX runs on a second compressed copy WT2 of W^T
+ * (in x out, the same V:N:M), pruned again along its own rows. The rule is sj_vnm_compress's
+ * SJ_VNM_PRUNE_L2 applied to the dense W^T that W stands for: per block of V rows of W^T (V
+ * columns of W) and M columns (M rows of W) the 4 columns of largest sum of squares (fp64, rows
+ * in order; ties: the lower column; real columns before padding), then per row the 2 of those 4
+ * with the largest |value| (ties: the lower position). Every value of WT2 is W's value at the
+ * transposed place, and WT2's non-zeros are a subset of W^T's: it drops values, never moves or
+ * rescales one. The exact dX (dense W^T) is offered beside it. */
+
+/* The layout of W^T (cols x rows of W's layout, same dtype and V:N:M): WT2's. */
+SJ_API sj_status sj_vnm_transpose_layout(const sj_vnm_layout *W, sj_vnm_layout *out);
+/* WT2 from W on the host, by the rule above; allocates out (free with sj_vnm_host_free). */
+SJ_API sj_status sj_vnm_double_prune_host(const sj_vnm_host *W, sj_vnm_host *out);
+/* The exact dX = W^T . dY on the host: dY out x tokens (W's dtype), dX in x tokens (out_dtype),
+ * row-major, fp64 accumulation, rounded at the end (to fp32, then out_dtype; nearest even). */
+SJ_API sj_status sj_vnm_dx_host(const sj_vnm_host *W, const void *dY, int64_t tokens, sj_dtype out_dtype,
+                                void *dX);
+/* The sampled weight gradient on the host: dW = dY . X^T at every slot W's compressed form keeps
+ * (2 per row and column group, also slots whose value is zero), written in W's value layout
+ * (ops/vnm/vnm_format.h's order, elements of out_dtype: values_bytes / 2 of them), so an optimizer
+ * updates W's values in place; 0 in slots of padding rows or columns. dY out x tokens, X in x
+ * tokens (W's dtype), fp64 accumulation over the tokens in order, rounded at the end (to fp32,
+ * then out_dtype). */
+SJ_API sj_status sj_vnm_dw_host(const sj_vnm_host *W, const void *dY, const void *X, int64_t tokens,
+                                sj_dtype out_dtype, void *dW_values);
+
+/* Gradual magnitude pruning (Zhu and Gupta) ending in a V:2:M pattern. At the pruning steps
+ * t = start_step + j * interval, j = 0..n_steps, the target sparsity is
+ *   s_t = s_f + (s_i - s_f) (1 - j / n_steps)^3,
+ * s_i at the first and s_f at the last; between pruning steps it stays that of the last one, and
+ * before start_step nothing is pruned. Between dense and the pattern, each pruning step takes
+ * the sparsest V:2:M' pattern the target allows (the largest M' <= M with 1 - 2/M' <= s_t; none
+ * while s_t < 1/2) and reaches the rest of s_t by unstructured magnitude pruning inside it:
+ *   1. U = W (.) mask, the surviving weights;
+ *   2. with a pattern: mask &= the slots sj_vnm_compress(U, V:2:M', SJ_VNM_PRUNE_L2) keeps;
+ *   3. while fewer than ceil(s_t * rows * cols) positions are masked out, mask out the surviving
+ *      position of smallest |w| (the 16-bit magnitude; ties: the lower row-major index);
+ *   4. W = W (.) mask.
+ * The mask only shrinks, every step from s_t >= 1/2 on runs on sparse tensor cores (V:2:M'),
+ * and the last step leaves W a V:2:M matrix. */
+typedef struct sj_gmp_schedule {
+    double initial_sparsity; /* s_i in [0, s_f] */
+    double final_sparsity;   /* s_f in [1 - 2/m, 1): the pattern's, or more by unstructured pruning */
+    int64_t start_step;      /* >= 0 */
+    int64_t interval;        /* steps between pruning steps, >= 1 */
+    int64_t n_steps;         /* the pruning steps after the first, >= 1 */
+    int v, m;                /* the final pattern V:2:M (V in {16, 32, 64, 128}, M in 4..128) */
+} sj_gmp_schedule;
+
+/* What the schedule asks at one training step. */
+typedef struct sj_gmp_target {
+    int prune_now;           /* 1 at a pruning step */
+    double sparsity;         /* the target (0 before start_step) */
+    int pattern_m;           /* M' of the V:2:M' pattern the mask lies in; 0: none (s < 1/2) */
+} sj_gmp_target;
+
+SJ_API sj_status sj_gmp_target_at(const sj_gmp_schedule *schedule, int64_t step, sj_gmp_target *out);
+/* One training step's pruning on the host (nothing unless the step is a pruning step): W (rows x
+ * cols, ldw, dtype f16/bf16) and mask (rows x cols bytes, ldm, 1 = kept; all ones before the
+ * first step) are updated in place by the rule above. */
+SJ_API sj_status sj_gmp_prune_host(const sj_gmp_schedule *schedule, int64_t step, sj_dtype dtype, int64_t rows,
+                                   int64_t cols, void *W, int64_t ldw, uint8_t *mask, int64_t ldm);
+
 /* ---------------------------------------------------------------- TwELL activations and FFN */
 /* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff
  * (the ReLU gate of an FFN block). The columns are cut into tiles of T; per row and tile up to
