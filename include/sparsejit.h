@@ -56,7 +56,8 @@ SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
  * "sj_twell_layout", "sj_twell_host", "sj_twell_device", "sj_tune_progress", "sj_tune_options",
- * "sj_tune_trial", "sj_tune_result", "sj_bench_result") as the library was built; a binding
+ * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
+ * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
 SJ_API sj_status sj_struct_size(const char *name, size_t *out);
 
@@ -152,10 +153,12 @@ typedef enum sj_op {
     SJ_OP_VNM_SPMM = 2,   /* C = alpha * A_vnm . B + beta * C */
     SJ_OP_TWELL_GATE = 3, /* H = relu(X . Wg) written as TwELL */
     SJ_OP_TWELL_FFN = 4,  /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
-    SJ_OP_VNM_COMPRESS = 5 /* dense A (m x k) -> V:N:M compressed, on the device */
+    SJ_OP_VNM_COMPRESS = 5, /* dense A (m x k) -> V:N:M compressed, on the device */
+    SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
+    SJ_OP_VNM_TRANSPOSE = 7 /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
 } sj_op;
 
-/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress" */
+/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -165,7 +168,7 @@ typedef struct sj_problem {
     sj_dtype dtype;     /* input dtype (f16 or bf16) */
     sj_dtype out_dtype; /* output dtype (f16, bf16 or f32) */
     int64_t m, n, k;    /* C is m x n, reduction over k */
-    int vnm_v, vnm_n, vnm_m;        /* V:N:M for SJ_OP_VNM_SPMM */
+    int vnm_v, vnm_n, vnm_m;        /* V:N:M for the vnm-* ops */
     int twell_tile, twell_capacity; /* TwELL tile width T and per-tile capacity C */
     int64_t d_ff;                   /* FFN inner size for SJ_OP_TWELL_FFN */
     double twell_sparsity;          /* TwELL ops: the fraction of zeros the activations are expected
@@ -377,6 +380,39 @@ SJ_API sj_status sj_vnm_dx_host(const sj_vnm_host *W, const void *dY, int64_t to
  * then out_dtype). */
 SJ_API sj_status sj_vnm_dw_host(const sj_vnm_host *W, const void *dY, const void *X, int64_t tokens,
                                 sj_dtype out_dtype, void *dW_values);
+
+/* On the device. None of these allocates or waits on the stream: a training step built of them
+ * (and sj_vnm_spmm) can be captured in a CUDA graph once its kernels are loaded. Pointers 16-byte
+ * aligned; stream: a CUstream or NULL.
+ *   forward:          sj_vnm_spmm on W (sj_vnm_problem(W, tokens)), B = X, C = Y;
+ *   dX double-pruned: sj_vnm_double_prune once per weight update, then sj_vnm_spmm on WT2
+ *                     (sj_vnm_problem(WT2, tokens)), B = dY, C = dX;
+ *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm);
+ *   dW:               sj_vnm_dw into a buffer of W's value layout. */
+
+/* The SJ_OP_VNM_DW problem of dW for W of layout over tokens (m = rows, n = cols, k = tokens). */
+SJ_API sj_status sj_vnm_dw_problem(const sj_vnm_layout *W, int64_t tokens, sj_dtype out_dtype, sj_problem *out);
+/* dW = dY . X^T at W's kept slots into dW_values (W's value layout, as sj_vnm_dw_host writes it:
+ * values_bytes / 2 elements of problem->out_dtype, 0 in padding slots), fp32 accumulation on
+ * tensor cores. dY is rows x tokens, X cols x tokens (problem->dtype), tokens a multiple of 8.
+ * Reads W's metadata and index only (W.values may be 0). */
+SJ_API sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *W, sj_devptr dY,
+                           sj_devptr X, sj_devptr dW_values, void *stream);
+/* The dense masked W^T into WT (cols x rows of W's dtype, leading dimension ldt >= rows, 2-byte
+ * aligned): W's values where it keeps them, 0 elsewhere; every element is written. */
+SJ_API sj_status sj_vnm_transpose(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, int64_t ldt, void *stream);
+/* Bytes of workspace sj_vnm_double_prune needs: the dense W^T and the compressor's word. */
+SJ_API sj_status sj_vnm_double_prune_workspace(const sj_vnm_layout *W, size_t *bytes);
+/* The double-pruned copy WT2 of W^T on the device into the caller's arrays (WT2->layout from
+ * sj_vnm_transpose_layout): the dense W^T into the workspace, then the compressor by magnitude,
+ * byte for byte what sj_vnm_double_prune_host writes. */
+SJ_API sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, const sj_vnm_device *WT2,
+                                     sj_devptr workspace, size_t workspace_bytes, void *stream);
+/* The exact dX = W^T . dY: the dense W^T into WT (cols x rows, the caller's), then the dense
+ * gemm (cols x tokens over rows, fp32 accumulation) into dX (cols x tokens, out_dtype); dY is
+ * rows x tokens. */
+SJ_API sj_status sj_vnm_dx_exact(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, sj_devptr dY, sj_devptr dX,
+                                 int64_t tokens, sj_dtype out_dtype, void *stream);
 
 /* Gradual magnitude pruning (Zhu and Gupta) ending in a V:2:M pattern. At the pruning steps
  * t = start_step + j * interval, j = 0..n_steps, the target sparsity is
