@@ -7,11 +7,12 @@
 
 static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
-    "                     twell-gate: tokens x d_ff x d_model; twell-ffn and twell-ffn-block:\n"
-    "                     tokens x d_model x d_model)\n"
+    "                     vnm-dw: rows of W x cols of W x tokens; vnm-compress, vnm-transpose:\n"
+    "                     rows x 1 x cols; twell-gate: tokens x d_ff x d_model; twell-ffn and\n"
+    "                     twell-ffn-block: tokens x d_model x d_model)\n"
     "  --dtype T          input dtype: f16 | bf16 (default f16)\n"
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
-    "  --vnm V:N:M        V:N:M sparsity for vnm-spmm (default 64:2:8)\n"
+    "  --vnm V:N:M        V:N:M sparsity for the vnm-* ops (default 64:2:8)\n"
     "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
     "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n"
     "  --sparsity S       twell-*: the activations' expected fraction of zeros, in (0, 1) (default\n"

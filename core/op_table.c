@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Defined with their ops (ops/<family>/<family>_op.c). */
-extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn;
+extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose;
 
 static const op_desc *const table[] = {
     &op_gemm,
@@ -16,6 +16,8 @@ static const op_desc *const table[] = {
     &op_twell_gate,
     &op_twell_ffn,
     &op_vnm_compress,
+    &op_vnm_dw,
+    &op_vnm_transpose,
 };
 
 enum { N_OPS = sizeof table / sizeof *table };

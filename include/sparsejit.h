@@ -56,7 +56,8 @@ SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
  * "sj_twell_layout", "sj_twell_host", "sj_twell_device", "sj_tune_progress", "sj_tune_options",
- * "sj_tune_trial", "sj_tune_result", "sj_bench_result") as the library was built; a binding
+ * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
+ * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
 SJ_API sj_status sj_struct_size(const char *name, size_t *out);
 
@@ -152,10 +153,12 @@ typedef enum sj_op {
     SJ_OP_VNM_SPMM = 2,   /* C = alpha * A_vnm . B + beta * C */
     SJ_OP_TWELL_GATE = 3, /* H = relu(X . Wg) written as TwELL */
     SJ_OP_TWELL_FFN = 4,  /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
-    SJ_OP_VNM_COMPRESS = 5 /* dense A (m x k) -> V:N:M compressed, on the device */
+    SJ_OP_VNM_COMPRESS = 5, /* dense A (m x k) -> V:N:M compressed, on the device */
+    SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
+    SJ_OP_VNM_TRANSPOSE = 7 /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
 } sj_op;
 
-/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress" */
+/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -165,7 +168,7 @@ typedef struct sj_problem {
     sj_dtype dtype;     /* input dtype (f16 or bf16) */
     sj_dtype out_dtype; /* output dtype (f16, bf16 or f32) */
     int64_t m, n, k;    /* C is m x n, reduction over k */
-    int vnm_v, vnm_n, vnm_m;        /* V:N:M for SJ_OP_VNM_SPMM */
+    int vnm_v, vnm_n, vnm_m;        /* V:N:M for the vnm-* ops */
     int twell_tile, twell_capacity; /* TwELL tile width T and per-tile capacity C */
     int64_t d_ff;                   /* FFN inner size for SJ_OP_TWELL_FFN */
     double twell_sparsity;          /* TwELL ops: the fraction of zeros the activations are expected
@@ -344,6 +347,109 @@ SJ_API sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype
  * beta == 0: C is not read. stream: a CUstream or NULL. */
 SJ_API sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
                              sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
+
+/* ---------------------------------------------------------------- V:N:M training */
+/* A linear layer Y = W . X with W (out x in) in V:N:M, X in x T (T tokens), Y out x T, all
+ * row-major (tokens contiguous), trains with three products: the forward Y (sj_vnm_spmm), the
+ * input gradient dX = W^T . dY (in x T) and the weight gradient dW = dY . X^T, needed only where
+ * W keeps values. The host functions here are the references of the device ones (below) and
+ * work without a context.
+ *
+ * Double pruning (SLoPe): W^T is not V:N:M, so dX runs on a second compressed copy WT2 of W^T
+ * (in x out, the same V:N:M), pruned again along its own rows. The rule is sj_vnm_compress's
+ * SJ_VNM_PRUNE_L2 applied to the dense W^T that W stands for: per block of V rows of W^T (V
+ * columns of W) and M columns (M rows of W) the 4 columns of largest sum of squares (fp64, rows
+ * in order; ties: the lower column; real columns before padding), then per row the 2 of those 4
+ * with the largest |value| (ties: the lower position). Every value of WT2 is W's value at the
+ * transposed place, and WT2's non-zeros are a subset of W^T's: it drops values, never moves or
+ * rescales one. The exact dX (dense W^T) is offered beside it. */
+
+/* The layout of W^T (cols x rows of W's layout, same dtype and V:N:M): WT2's. */
+SJ_API sj_status sj_vnm_transpose_layout(const sj_vnm_layout *W, sj_vnm_layout *out);
+/* WT2 from W on the host, by the rule above; allocates out (free with sj_vnm_host_free). */
+SJ_API sj_status sj_vnm_double_prune_host(const sj_vnm_host *W, sj_vnm_host *out);
+/* The exact dX = W^T . dY on the host: dY out x tokens (W's dtype), dX in x tokens (out_dtype),
+ * row-major, fp64 accumulation, rounded at the end (to fp32, then out_dtype; nearest even). */
+SJ_API sj_status sj_vnm_dx_host(const sj_vnm_host *W, const void *dY, int64_t tokens, sj_dtype out_dtype,
+                                void *dX);
+/* The sampled weight gradient on the host: dW = dY . X^T at every slot W's compressed form keeps
+ * (2 per row and column group, also slots whose value is zero), written in W's value layout
+ * (ops/vnm/vnm_format.h's order, elements of out_dtype: values_bytes / 2 of them), so an optimizer
+ * updates W's values in place; 0 in slots of padding rows or columns. dY out x tokens, X in x
+ * tokens (W's dtype), fp64 accumulation over the tokens in order, rounded at the end (to fp32,
+ * then out_dtype). */
+SJ_API sj_status sj_vnm_dw_host(const sj_vnm_host *W, const void *dY, const void *X, int64_t tokens,
+                                sj_dtype out_dtype, void *dW_values);
+
+/* On the device. None of these allocates or waits on the stream: a training step built of them
+ * (and sj_vnm_spmm) can be captured in a CUDA graph once its kernels are loaded. Pointers 16-byte
+ * aligned; stream: a CUstream or NULL.
+ *   forward:          sj_vnm_spmm on W (sj_vnm_problem(W, tokens)), B = X, C = Y;
+ *   dX double-pruned: sj_vnm_double_prune once per weight update, then sj_vnm_spmm on WT2
+ *                     (sj_vnm_problem(WT2, tokens)), B = dY, C = dX;
+ *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm);
+ *   dW:               sj_vnm_dw into a buffer of W's value layout. */
+
+/* The SJ_OP_VNM_DW problem of dW for W of layout over tokens (m = rows, n = cols, k = tokens). */
+SJ_API sj_status sj_vnm_dw_problem(const sj_vnm_layout *W, int64_t tokens, sj_dtype out_dtype, sj_problem *out);
+/* dW = dY . X^T at W's kept slots into dW_values (W's value layout, as sj_vnm_dw_host writes it:
+ * values_bytes / 2 elements of problem->out_dtype, 0 in padding slots), fp32 accumulation on
+ * tensor cores. dY is rows x tokens, X cols x tokens (problem->dtype), tokens a multiple of 8.
+ * Reads W's metadata and index only (W.values may be 0). */
+SJ_API sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *W, sj_devptr dY,
+                           sj_devptr X, sj_devptr dW_values, void *stream);
+/* The dense masked W^T into WT (cols x rows of W's dtype, leading dimension ldt >= rows, 2-byte
+ * aligned): W's values where it keeps them, 0 elsewhere; every element is written. */
+SJ_API sj_status sj_vnm_transpose(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, int64_t ldt, void *stream);
+/* Bytes of workspace sj_vnm_double_prune needs: the dense W^T and the compressor's word. */
+SJ_API sj_status sj_vnm_double_prune_workspace(const sj_vnm_layout *W, size_t *bytes);
+/* The double-pruned copy WT2 of W^T on the device into the caller's arrays (WT2->layout from
+ * sj_vnm_transpose_layout): the dense W^T into the workspace, then the compressor by magnitude,
+ * byte for byte what sj_vnm_double_prune_host writes. */
+SJ_API sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, const sj_vnm_device *WT2,
+                                     sj_devptr workspace, size_t workspace_bytes, void *stream);
+/* The exact dX = W^T . dY: the dense W^T into WT (cols x rows, the caller's), then the dense
+ * gemm (cols x tokens over rows, fp32 accumulation) into dX (cols x tokens, out_dtype); dY is
+ * rows x tokens. */
+SJ_API sj_status sj_vnm_dx_exact(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, sj_devptr dY, sj_devptr dX,
+                                 int64_t tokens, sj_dtype out_dtype, void *stream);
+
+/* Gradual magnitude pruning (Zhu and Gupta) ending in a V:2:M pattern. At the pruning steps
+ * t = start_step + j * interval, j = 0..n_steps, the target sparsity is
+ *   s_t = s_f + (s_i - s_f) (1 - j / n_steps)^3,
+ * s_i at the first and s_f at the last; between pruning steps it stays that of the last one, and
+ * before start_step nothing is pruned. Between dense and the pattern, each pruning step takes
+ * the sparsest V:2:M' pattern the target allows (the largest M' <= M with 1 - 2/M' <= s_t; none
+ * while s_t < 1/2) and reaches the rest of s_t by unstructured magnitude pruning inside it:
+ *   1. U = W (.) mask, the surviving weights;
+ *   2. with a pattern: mask &= the slots sj_vnm_compress(U, V:2:M', SJ_VNM_PRUNE_L2) keeps;
+ *   3. while fewer than ceil(s_t * rows * cols) positions are masked out, mask out the surviving
+ *      position of smallest |w| (the 16-bit magnitude; ties: the lower row-major index);
+ *   4. W = W (.) mask.
+ * The mask only shrinks, every step from s_t >= 1/2 on runs on sparse tensor cores (V:2:M'),
+ * and the last step leaves W a V:2:M matrix. */
+typedef struct sj_gmp_schedule {
+    double initial_sparsity; /* s_i in [0, s_f] */
+    double final_sparsity;   /* s_f in [1 - 2/m, 1): the pattern's, or more by unstructured pruning */
+    int64_t start_step;      /* >= 0 */
+    int64_t interval;        /* steps between pruning steps, >= 1 */
+    int64_t n_steps;         /* the pruning steps after the first, >= 1 */
+    int v, m;                /* the final pattern V:2:M (V in {16, 32, 64, 128}, M in 4..128) */
+} sj_gmp_schedule;
+
+/* What the schedule asks at one training step. */
+typedef struct sj_gmp_target {
+    int prune_now;           /* 1 at a pruning step */
+    double sparsity;         /* the target (0 before start_step) */
+    int pattern_m;           /* M' of the V:2:M' pattern the mask lies in; 0: none (s < 1/2) */
+} sj_gmp_target;
+
+SJ_API sj_status sj_gmp_target_at(const sj_gmp_schedule *schedule, int64_t step, sj_gmp_target *out);
+/* One training step's pruning on the host (nothing unless the step is a pruning step): W (rows x
+ * cols, ldw, dtype f16/bf16) and mask (rows x cols bytes, ldm, 1 = kept; all ones before the
+ * first step) are updated in place by the rule above. */
+SJ_API sj_status sj_gmp_prune_host(const sj_gmp_schedule *schedule, int64_t step, sj_dtype dtype, int64_t rows,
+                                   int64_t cols, void *W, int64_t ldw, uint8_t *mask, int64_t ldm);
 
 /* ---------------------------------------------------------------- TwELL activations and FFN */
 /* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff

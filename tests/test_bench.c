@@ -159,6 +159,13 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         expect_near("vnm-spmm", flops, 2.0 * p.m * p.n * p.k * 2.0 / p.vnm_m);
         expect_near("vnm-spmm (tuner)", op_find(SJ_OP_VNM_SPMM)->harness->flops(&p), flops);
 
+        /* the sampled dW: the kept 2 of every M columns of W (m x n) over k tokens */
+        sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_BF16, m, f, d);
+        p.vnm_v = 128, p.vnm_n = 2, p.vnm_m = (int)(4 << pick(0, 3));
+        SJ_ASSERT_OK(bench_flops("vnm-dw", &p, &flops));
+        expect_near("vnm-dw", flops, 2.0 * p.m * p.n * p.k * 2.0 / p.vnm_m);
+        expect_near("vnm-dw (tuner)", op_find(SJ_OP_VNM_DW)->harness->flops(&p), flops);
+
         sj_problem_init(&p, SJ_OP_TWELL_GATE, SJ_DTYPE_BF16, m, f, d);
         p.twell_tile = 128, p.twell_capacity = 16, p.twell_sparsity = s;
         SJ_ASSERT_OK(bench_flops("twell-gate", &p, &flops));
@@ -202,7 +209,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn) or a benchmark (twell-ffn-block)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw) or a benchmark (twell-ffn-block)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");

@@ -4,6 +4,7 @@
 
 #include "tuner/harness.h"
 
-extern const harness_ops harness_vnm; /* vnm_harness.c */
+extern const harness_ops harness_vnm;    /* vnm_harness.c */
+extern const harness_ops harness_vnm_dw; /* vnm_dw_harness.c */
 
 #endif

@@ -51,4 +51,16 @@ static inline size_t vnm_index_at(const sj_vnm_layout *l, int64_t row_block, int
     return (size_t)((row_block * vnm_groups_padded(l) + group) * 4 + j);
 }
 
+/* The column of W that kept slot `half` of (row, group) holds: the block's selected column at
+ * the slot's metadata position, or -1 for a padding column (the training references and GMP
+ * walk the compressed form slot by slot with it). */
+static inline int32_t vnm_slot_column(const sj_vnm_layout *l, const uint32_t *meta, const int32_t *index,
+                                      int64_t row, int64_t group, int half)
+{
+    int shift;
+    size_t w = vnm_meta_at(l, row, group, &shift);
+    int pos = (int)((meta[w] >> (shift + 2 * half)) & 3u);
+    return index[vnm_index_at(l, row / l->v, group, pos)];
+}
+
 #endif

@@ -1,6 +1,8 @@
 /* vnm_op.c: the descriptors of the V:N:M ops: vnm-spmm (C = alpha * A_vnm . B + beta * C on
- * sparse tensor cores, tuned) and vnm-compress (dense -> V:N:M on the device, one config).
- * Both read V:N:M from the problem and carry it in the cache key. */
+ * sparse tensor cores, tuned), vnm-compress (dense -> V:N:M on the device, one config), and for
+ * training vnm-dw (the sampled weight gradient into W's value layout, tuned) and vnm-transpose
+ * (compressed W -> dense masked W^T, one config; docs/training.md). All read V:N:M from the
+ * problem and carry it in the cache key. */
 #include "core/error.h"
 #include "core/op.h"
 #include "ops/vnm/vnm.h"
@@ -15,6 +17,17 @@ static sj_status validate(const sj_problem *p)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_n = %d: only N = 2 is supported", p->vnm_n);
     if (p->vnm_m < 4 || p->vnm_m > 128)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.vnm_m = %d: M must be in 4..128", p->vnm_m);
+    return SJ_OK;
+}
+
+/* vnm-dw also needs whole 16-byte rows of dY and X (k = tokens). */
+static sj_status validate_dw(const sj_problem *p)
+{
+    sj_status st = validate(p);
+    if (st != SJ_OK) return st;
+    if (p->k % 8)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.k = %lld (tokens) must be a multiple of 8 (16-byte rows of dY and X)",
+                         (long long)p->k);
     return SJ_OK;
 }
 
@@ -49,6 +62,20 @@ static void example_compress(sj_problem *p)
     fill_defaults(p);
 }
 
+/* dW (m = rows of W, n = cols of W, k = tokens): 256 x 256 over 256 tokens. */
+static void example_dw(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_VNM_DW, SJ_DTYPE_F16, 256, 256, 256);
+    fill_defaults(p);
+}
+
+/* W^T of a 256 x 256 W (n is unused; the entry points ask for 1). */
+static void example_transpose(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_VNM_TRANSPOSE, SJ_DTYPE_F16, 256, 1, 256);
+    fill_defaults(p);
+}
+
 /* mma.sp on sparse tensor cores, on every target. */
 static const op_variant variants_spmm[] = {
     { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS" },
@@ -60,6 +87,16 @@ static const op_variant variants_spmm[] = {
  * they live in local memory; the kernel runs once per weight matrix. */
 static const op_variant variants_compress[] = {
     { .name = "compressor", .arch = "sm_80", .sass = "DFMA,DADD", .sass_absent = "HMMA", .local_arrays = 1 },
+};
+
+/* Dense mma.sync m16n8k16 over the gathered columns, cp.async + ldmatrix, on every target. */
+static const op_variant variants_dw[] = {
+    { .name = "sampled-mma-sync", .arch = "sm_80", .sass = "HMMA.16816.F32,LDGSTS,LDSM", .sass_absent = "HMMA.SP" },
+};
+
+/* A gather per element: loads and 16-bit stores, no matrix instruction. */
+static const op_variant variants_transpose[] = {
+    { .name = "gather", .arch = "sm_80", .sass = "LDG.E.128,STG.E.U16", .sass_absent = "HMMA" },
 };
 
 const op_desc op_vnm_spmm = {
@@ -98,4 +135,37 @@ const op_desc op_vnm_compress = {
     .example = example_compress,
     .variants = variants_compress,
     .n_variants = sizeof variants_compress / sizeof *variants_compress,
+};
+
+const op_desc op_vnm_dw = {
+    .op = SJ_OP_VNM_DW,
+    .name = "vnm-dw",
+    .template_name = "vnm_dw",
+    .reads = OP_READS_VNM,
+    .tunable = 1,
+    .validate = validate_dw,
+    .key_text = key_text,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .harness = &harness_vnm_dw,
+    .baseline_help = "the dense GEMM dY . X^T (m x n over k tokens) that it samples",
+    .example = example_dw,
+    .variants = variants_dw,
+    .n_variants = sizeof variants_dw / sizeof *variants_dw,
+};
+
+/* A format conversion like vnm-compress: one config, nothing to bench it against. */
+const op_desc op_vnm_transpose = {
+    .op = SJ_OP_VNM_TRANSPOSE,
+    .name = "vnm-transpose",
+    .template_name = "vnm_transpose",
+    .reads = OP_READS_VNM,
+    .tunable = 0,
+    .validate = validate,
+    .key_text = key_text,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .example = example_transpose,
+    .variants = variants_transpose,
+    .n_variants = sizeof variants_transpose / sizeof *variants_transpose,
 };

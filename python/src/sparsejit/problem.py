@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Union
 from sparsejit._lib import InvalidArgumentError, Problem, call, lib
 
 DTYPES = ("f16", "bf16", "f32")
-OPS = ("gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress")
+OPS = ("gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose")
 #: The front ends' values for parameters left unset (the CLI's and the Lua module's).
 DEFAULT_VNM = "64:2:8"
 DEFAULT_TWELL = "128:16"
@@ -66,7 +66,7 @@ def make_problem(op: str, shape: Shape, dtype: str = "f16", out_dtype: Optional[
     lib.sj_problem_init(ctypes.byref(p), code, dtype_code(dtype), m, n, k)
     if out_dtype is not None:
         p.out_dtype = dtype_code(out_dtype)
-    if op in ("vnm-spmm", "vnm-compress"):
+    if op in ("vnm-spmm", "vnm-compress", "vnm-dw", "vnm-transpose"):
         p.vnm_v, p.vnm_n, p.vnm_m = parse_ints(vnm or DEFAULT_VNM, 3, "vnm", "V:N:M such as 64:2:8")
     if op in ("twell-gate", "twell-ffn"):
         p.twell_tile, p.twell_capacity = parse_ints(twell or DEFAULT_TWELL, 2, "twell", "T:C such as 128:16")

@@ -1,0 +1,127 @@
+/* vnm_dw_harness.c: the harness of the sampled weight gradient (vnm-dw: dW = dY . X^T at W's
+ * kept slots, into W's value layout), the tuner's and every bench's (baseline: the dense GEMM
+ * dY . X^T it samples, m x n over k tokens): a random W pruned to V:N:M on the host (its
+ * metadata and index on the device), random dY (m x k) and X (n x k), a launch of a given kernel
+ * with the vnm-dw ABI (dY, X, meta, index, dW values, M, N, K), and the reference:
+ * templates/gemm_reference.lua's dense dY . X^T (with X^T, n x k transposed on the host, uploaded
+ * for it alone), gathered into the value layout on the host through the host's compressed form.
+ * It shares neither the gathering of X nor the epilogue's slot choice with the kernel. The output
+ * is every value slot (padding ones are 0), so the poisoned buffer catches any slot not written. */
+#include "tuner/harness.h"
+#include "core/error.h"
+#include "ops/vnm/vnm_format.h"
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dw_state {
+    sj_vnm_host w;           /* host copy of W: the slots the reference gathers */
+    sj_devptr meta, index, dY, X, dW;
+    sj_devptr Xt;            /* X^T (k x n), for the reference only */
+} dw_state;
+
+static void dw_teardown(harness *h)
+{
+    dw_state *s = h->state;
+    if (!s) return;
+    sj_devptr ptrs[] = { s->meta, s->index, s->dY, s->X, s->dW, s->Xt };
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) sj_free(h->ctx, ptrs[i]);
+    sj_vnm_host_free(&s->w);
+    free(s);
+    h->state = NULL;
+}
+
+static sj_status dw_setup(harness *h, uint64_t seed)
+{
+    const sj_problem *p = &h->problem;
+    dw_state *s = calloc(1, sizeof *s);
+    if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
+    h->state = s;
+    sj_vnm_layout layout;
+    sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->n);
+    if (st != SJ_OK) return st;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x7f4a7c159e3779b9ull;
+    if (!rng) rng = 1;
+    const size_t w_count = (size_t)(p->m * p->n), dy_count = (size_t)(p->m * p->k), x_count = (size_t)(p->n * p->k);
+    uint16_t *W = malloc(w_count * 2), *dY = malloc(dy_count * 2), *X = malloc(x_count * 2), *Xt = malloc(x_count * 2);
+    if (!W || !dY || !X || !Xt) {
+        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M weight over %lld tokens",
+                       (long long)p->m, (long long)p->n, (long long)p->k);
+        goto done;
+    }
+    harness_fill16(p->dtype, W, w_count, 1.0f, &rng);
+    harness_fill16(p->dtype, dY, dy_count, 1.0f, &rng);
+    harness_fill16(p->dtype, X, x_count, 1.0f, &rng);
+    for (int64_t c = 0; c < p->n; c++)
+        for (int64_t t = 0; t < p->k; t++) Xt[t * p->n + c] = X[c * p->k + t];
+    if ((st = sj_vnm_compress(&layout, W, p->n, SJ_VNM_PRUNE_L2, &s->w)) != SJ_OK) goto done;
+    if ((st = harness_upload(h->ctx, s->w.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
+        (st = harness_upload(h->ctx, s->w.index, layout.index_bytes, &s->index)) != SJ_OK ||
+        (st = harness_upload(h->ctx, dY, dy_count * 2, &s->dY)) != SJ_OK ||
+        (st = harness_upload(h->ctx, X, x_count * 2, &s->X)) != SJ_OK ||
+        (st = harness_upload(h->ctx, Xt, x_count * 2, &s->Xt)) != SJ_OK)
+        goto done;
+    h->out_count = layout.values_bytes / 2;
+    h->out_rows = vnm_rows_padded(&layout);
+    h->out_dtype = p->out_dtype;
+    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->dW)) != SJ_OK) goto done;
+    h->out = s->dW;
+done:
+    free(W);
+    free(dY);
+    free(X);
+    free(Xt);
+    return st;
+}
+
+static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)
+{
+    dw_state *s = h->state;
+    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
+    void *args[] = { &s->dY, &s->X, &s->meta, &s->index, &s->dW, &m, &n, &kk };
+    return rt_launch(h->ctx, k, args, stream);
+}
+
+static sj_status dw_reference(harness *h)
+{
+    dw_state *s = h->state;
+    const sj_problem *p = &h->problem;
+    const sj_vnm_layout *l = &s->w.layout;
+    float *full = malloc((size_t)(p->m * p->n) * sizeof *full);
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    if (!full || !h->reference) {
+        free(full);
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    }
+    sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->dY, s->Xt, p->m, p->n, p->k, full);
+    if (st == SJ_OK) {
+        for (int64_t r = 0; r < vnm_rows_padded(l); r++)
+            for (int64_t g = 0; g < vnm_groups_padded(l); g++)
+                for (int half = 0; half < 2; half++) {
+                    int32_t c = r < l->rows && g < l->groups ? vnm_slot_column(l, s->w.meta, s->w.index, r, g, half) : -1;
+                    h->reference[vnm_value_at(l, r, g, half)] = c >= 0 ? full[r * p->n + c] : 0.0f;
+                }
+    }
+    free(full);
+    /* X^T is needed no longer: give its memory back for the timing. */
+    sj_free(h->ctx, s->Xt);
+    s->Xt = 0;
+    return st;
+}
+
+/* Useful work: the 2 kept slots of every M columns of every row, over the tokens. */
+static double dw_flops(const sj_problem *p)
+{
+    return 2.0 * (double)p->m * (double)p->n * (double)p->k * p->vnm_n / p->vnm_m;
+}
+
+const harness_ops harness_vnm_dw = {
+    .op = SJ_OP_VNM_DW,
+    .setup = dw_setup,
+    .launch = dw_launch,
+    .reference = dw_reference,
+    .flops = dw_flops,
+    .baseline = harness_baseline_gemm,
+    .teardown = dw_teardown,
+};

@@ -1,0 +1,348 @@
+-- vnm_dw.lua: the sampled weight gradient of a V:N:M layer, dW = dY . X^T only at the slots W's
+-- compressed form keeps, written straight into W's value layout (ops/vnm/vnm_format.h) so an
+-- optimizer updates W's values in place. problem.M = rows of W (out), problem.N = columns of W
+-- (in), problem.K = tokens; dY is M x K and X is N x K, row-major (tokens contiguous), K a
+-- multiple of 8; fp32 accumulation; the output has out_dtype (f16, bf16 or f32) elements in the
+-- order of W's values (half 0 = the slot at metadata position p0, half 1 at p1), 0 in padding rows
+-- and columns. The reference is ops/vnm/vnm_dw_host.c.
+--
+-- A sampled dense-dense product (SDDMM) on tensor cores: a CTA owns BM rows of one V-row block
+-- and BG column groups, i.e. the BN = 4 BG columns the block selected in them (the index array,
+-- -1 for padding). It computes the dense BM x BN tile dY[rows] . X[gathered columns]^T with
+-- mma.sync m16n8k16 over the tokens (both operands are K-contiguous: A row-major, B "col"),
+-- through a STAGES-deep cp.async ring of BK tokens (16-byte chunks, XOR-swizzled so ldmatrix is
+-- conflict free); the gathered X rows come straight from the index, no copy of X. Then the tile
+-- goes through shared memory and each (row, group) keeps the 2 of its 4 columns that its
+-- metadata nibble names, one 4- or 8-byte store per pair in fragment order (consecutive threads,
+-- consecutive words). Work: 4/M of the dense dW's, of which half is kept (the 2:4 inside).
+local emit = require "lib.emit"
+local cuda = require "lib.cuda"
+
+local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES" }
+local MAX_ACC = 128             -- fp32 accumulators per thread
+local BM_EDGES = { 16, 32, 64, 128 }
+local BG_EDGES = { 8, 16, 32 }
+local BK_EDGES = { 32, 64 }
+local WM_EDGES = { 16, 32, 64 }
+local WN_EDGES = { 16, 32, 64 }
+local V_VALUES = { 16, 32, 64, 128 }
+local PAD = 4                   -- floats of padding per row of the epilogue's tile
+
+local function cdiv(a, b) return (a + b - 1) // b end
+
+local function member(list, v)
+  for _, x in ipairs(list) do if x == v then return true end end
+  return false
+end
+
+-- The compressed layout's geometry (must match ops/vnm/vnm_format.c), W = M x N.
+local function layout(problem)
+  local L = {}
+  L.RB = cdiv(problem.M, problem.V)
+  L.RP = L.RB * problem.V
+  L.G = cdiv(problem.N, problem.MS)
+  local kt = cdiv(L.G, 8)
+  L.KTP = kt + kt % 2
+  L.GP = L.KTP * 8
+  return L
+end
+
+local function pipe_bytes(cfg) return cfg.STAGES * (cfg.BM + 4 * cfg.BG) * cfg.BK * 2 end
+local function epi_bytes(cfg) return cfg.BM * (4 * cfg.BG + PAD) * 4 end
+local function smem_bytes(cfg) return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 end
+
+local function problem_ok(problem)
+  if problem.dtype ~= "f16" and problem.dtype ~= "bf16" then
+    return false, "input dtype must be f16 or bf16, got " .. tostring(problem.dtype)
+  end
+  if not member({ "f16", "bf16", "f32" }, problem.out_dtype) then
+    return false, "output dtype must be f16, bf16 or f32, got " .. tostring(problem.out_dtype)
+  end
+  if not member(V_VALUES, problem.V) then return false, "V=" .. tostring(problem.V) .. " must be 16, 32, 64 or 128" end
+  if problem.NS ~= 2 then return false, "N of V:N:M must be 2, got " .. tostring(problem.NS) end
+  if problem.MS < 4 or problem.MS > 128 then return false, "M of V:N:M must be 4..128, got " .. tostring(problem.MS) end
+  if problem.M < 1 or problem.N < 1 or problem.K < 1 then
+    return false, string.format("sizes must be positive, got %dx%dx%d", problem.M, problem.N, problem.K)
+  end
+  if problem.K % 8 ~= 0 then
+    return false, "K=" .. problem.K .. " (tokens) must be a multiple of 8 (16-byte rows of dY and X)"
+  end
+  return true
+end
+
+local function valid(problem, cfg)
+  for _, p in ipairs(PARAMS) do
+    if math.type(cfg[p]) ~= "integer" then return false, p .. " is missing or not an integer" end
+  end
+  local ok, why = problem_ok(problem)
+  if not ok then return false, why end
+  local BM, BN, BK, WM, WN = cfg.BM, 4 * cfg.BG, cfg.BK, cfg.WM, cfg.WN
+  if not member(BM_EDGES, BM) then return false, "BM=" .. BM .. " must be 16, 32, 64 or 128" end
+  if not member(BG_EDGES, cfg.BG) then return false, "BG=" .. cfg.BG .. " must be 8, 16 or 32" end
+  if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 32 or 64" end
+  if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
+  if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
+  if BM > problem.V then return false, string.format("BM=%d exceeds V=%d: a CTA's rows share one V block's columns", BM, problem.V) end
+  if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
+  if BN % WN ~= 0 then return false, string.format("4*BG=%d is not a multiple of WN=%d", BN, WN) end
+  local warps = (BM // WM) * (BN // WN)
+  if warps ~= 2 and warps ~= 4 and warps ~= 8 then
+    return false, string.format("(BM/WM)*(4*BG/WN) = %d warps, must be 2, 4 or 8", warps)
+  end
+  if WM * WN // 32 > MAX_ACC then
+    return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
+  end
+  if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..4" end
+  local nk = cdiv(problem.K, BK)
+  if cfg.STAGES > nk + 1 then return false, string.format("STAGES=%d exceeds the %d token stages plus one", cfg.STAGES, nk) end
+  local L = layout(problem)
+  if cfg.BG > math.max(8, L.GP) then return false, string.format("BG=%d is too large for %d (padded) groups", cfg.BG, L.GP) end
+  local smem = smem_bytes(cfg)
+  if smem > problem.SMEM then
+    return false, string.format("shared memory %d bytes exceeds the %s limit of %d", smem, problem.arch, problem.SMEM)
+  end
+  return true
+end
+
+local function space(problem)
+  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = WN_EDGES, STAGES = { 2, 3, 4 } }
+end
+
+-- Candidates in order of preference, first valid wins: BM as large as the V block allows (the
+-- gathered X rows are shared by more rows), 128 gathered columns, 64-token stages. Not yet
+-- measured on a GPU: the tuner's space holds the rest.
+local PREFERRED = {
+  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3 },
+  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3 },
+  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3 },
+  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3 },
+  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2 },
+}
+
+local function default(problem)
+  local ok, why = problem_ok(problem)
+  if not ok then error("vnm_dw: unsupported problem: " .. why, 0) end
+  local nk = cdiv(problem.K, 64)
+  for _, t in ipairs(PREFERRED) do
+    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES }
+    if cfg.BK == 64 then cfg.STAGES = math.min(cfg.STAGES, nk + 1) end
+    if valid(problem, cfg) then return cfg end
+  end
+  error("vnm_dw: no default config fits " .. problem.arch, 0)
+end
+
+-- Useful FLOPs: the 2 kept slots of every M columns of every row, over the tokens.
+local function flops(problem) return 2.0 * problem.M * problem.N * problem.K * problem.NS / problem.MS end
+
+-- Fewest bytes: dY once, the gathered X rows once per row block, metadata, index, the output.
+local function bytes(problem)
+  local L = layout(problem)
+  local osz = cuda.dtype(problem.out_dtype).size
+  return problem.M * problem.K * 2 + L.RB * L.GP * 4 * problem.K * 2 + L.RP * L.GP // 2
+         + L.RB * L.GP * 16 + L.RP * L.GP * 2 * osz
+end
+
+local function generate(problem, cfg)
+  local ok, why = valid(problem, cfg)
+  if not ok then error("vnm_dw: invalid config: " .. why, 0) end
+  local M, N, K, V, MS = problem.M, problem.N, problem.K, problem.V, problem.MS
+  local BM, BG, BK, WM, WN, STAGES = cfg.BM, cfg.BG, cfg.BK, cfg.WM, cfg.WN, cfg.STAGES
+  local BN = 4 * BG
+  local L = layout(problem)
+  local din, dout = cuda.dtype(problem.dtype), cuda.dtype(problem.out_dtype)
+  local WARPS_N = BN // WN
+  local THREADS = (BM // WM) * WARPS_N * 32
+  local CH = BK // 8                       -- 16-byte chunks per row of a stage
+  local TM, TN = L.RP // BM, cdiv(L.GP, BG)
+  local e = {
+    M = M, N = N, K = K, V = V, BM = BM, BG = BG, BN = BN, BK = BK, WM = WM, WN = WN, STAGES = STAGES,
+    T = din.ctype, OT = dout.ctype, THREADS = THREADS, WARPS_N = WARPS_N, CH = CH,
+    ROWB = BK * 2, A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2,
+    IT_A = cdiv(BM * CH, THREADS), IT_B = cdiv(BN * CH, THREADS), A_CH = BM * CH, B_CH = BN * CH,
+    NK = cdiv(K, BK), TM = TM, G = L.G, GP = L.GP, KTP = L.KTP, HKTP = L.KTP // 2,
+    MI = WM // 16, NI = WN // 8, NJ = WN // 16, KK = BK // 16,
+    LDS = BN + PAD, IDX_OFF = math.max(pipe_bytes(cfg), epi_bytes(cfg)),
+    ITEMS = (BM // 16) * (BG // 8) * 128, KTC = BG // 8,
+    -- the swizzle: a 16-byte chunk's place in its row; 8 consecutive rows at one chunk hit 8
+    -- distinct bank groups (64-byte rows pair up, so BK=32 XORs with row/2)
+    SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
+    gp_tail = L.GP % BG ~= 0,
+    out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2,
+    prelude = cuda.prelude(problem.dtype),
+  }
+  e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d",
+                          problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES)
+
+  local kernel = emit.render(here(), [[
+typedef ${T} InT;
+typedef ${OT} OutT;
+__device__ __forceinline__ sj_u32 sj_dw_swz(int r, int c) { return (sj_u32)(r * ${ROWB} + ((c ^ ${SWZ}) << 4)); }
+
+$ -- Shape, V:N:M and config are constants; the int arguments only keep the op's ABI.
+extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
+    const InT* __restrict__ dY, const InT* __restrict__ X, const sj_u32* __restrict__ W_meta,
+    const int* __restrict__ W_index, OutT* __restrict__ dW, int M_arg, int N_arg, int K_arg)
+{
+  (void)M_arg; (void)N_arg; (void)K_arg;
+  extern __shared__ __align__(128) unsigned char sj_smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / ${WARPS_N}, warp_n = warp % ${WARPS_N};
+  /* Row tiles inner: the CTAs of one wave share the groups' metadata rows and, per V block, X. */
+  const int tile_m = blockIdx.x % ${TM}, tile_n = blockIdx.x / ${TM};
+  const int row0 = tile_m * ${BM}, g0 = tile_n * ${BG};
+  const int rb = row0 / ${V};
+  const sj_u32 smem0 = sj_smem_addr(sj_smem);
+  int* cols = (int*)(sj_smem + ${IDX_OFF});
+
+  /* The BN gathered columns: the index of (rb, g0 ..) is BN consecutive ints (-1: padding). */
+  for (int j = tid; j < ${BN}; j += ${THREADS}) {
+$ if gp_tail then
+    cols[j] = (g0 + j / 4 < ${GP}) ? W_index[((long long)rb * ${GP} + g0) * 4 + j] : -1;
+$ else
+    cols[j] = W_index[((long long)rb * ${GP} + g0) * 4 + j];
+$ end
+  }
+  __syncthreads();
+
+  /* Copies tokens [ks*BK, ks*BK + BK) of the BM dY rows and the BN gathered X rows; rows past M,
+     padding columns and tokens past K are zero-filled. */
+  auto load_stage = [&](int ks, sj_u32 s) {
+    const int t0 = ks * ${BK};
+#pragma unroll
+    for (int i = 0; i < ${IT_A}; ++i) {
+      const int q = tid + i * ${THREADS};
+$ if A_CH % THREADS ~= 0 then
+      if (q >= ${A_CH}) break;
+$ end
+      const int r = q / ${CH}, c = q % ${CH};
+      const bool ok = row0 + r < ${M} && t0 + c * 8 < ${K};
+      sj_cp_async16(s + sj_dw_swz(r, c), ok ? (const void*)(dY + (long long)(row0 + r) * ${K} + t0 + c * 8) : (const void*)dY,
+                    ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < ${IT_B}; ++i) {
+      const int q = tid + i * ${THREADS};
+$ if B_CH % THREADS ~= 0 then
+      if (q >= ${B_CH}) break;
+$ end
+      const int r = q / ${CH}, c = q % ${CH};
+      const int col = cols[r];
+      const bool ok = col >= 0 && t0 + c * 8 < ${K};
+      sj_cp_async16(s + ${A_BYTES} + sj_dw_swz(r, c), ok ? (const void*)(X + (long long)col * ${K} + t0 + c * 8) : (const void*)X,
+                    ok ? 16 : 0);
+    }
+  };
+
+  float acc[${MI}][${NI}][4];
+#pragma unroll
+  for (int mi = 0; mi < ${MI}; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < ${NI}; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
+
+  /* Prologue: STAGES-1 stages in flight (an empty group where there are fewer). */
+#pragma unroll
+  for (int st = 0; st < ${STAGES - 1}; ++st) {
+    if (st < ${NK}) load_stage(st, smem0 + st * ${STAGE_BYTES});
+    sj_cp_async_commit();
+  }
+  /* ldmatrix rows of this lane: A x4 = rows +0..15 at chunks 2kk, 2kk+1; B x4 = two n8 tiles
+     (n +0..7, +8..15) at chunks 2kk, 2kk+1. */
+  const int a_r = warp_m * ${WM} + (lane & 15), a_c = lane >> 4;
+  const int b_r = warp_n * ${WN} + (lane & 7) + ((lane >> 4) << 3), b_c = (lane >> 3) & 1;
+
+  int read_stage = 0, write_stage = ${STAGES - 1};
+#pragma unroll 1
+  for (int ks = 0; ks < ${NK}; ++ks) {
+    /* Stage ks has landed once at most STAGES-2 younger groups are pending; the barrier also
+       says every warp is done with the slot the next copy overwrites (read at ks-1). */
+    sj_cp_async_wait<${STAGES - 2}>();
+    __syncthreads();
+    if (ks + ${STAGES - 1} < ${NK}) load_stage(ks + ${STAGES - 1}, smem0 + write_stage * ${STAGE_BYTES});
+    sj_cp_async_commit();
+    write_stage = (write_stage == ${STAGES - 1}) ? 0 : write_stage + 1;
+    const sj_u32 s = smem0 + read_stage * ${STAGE_BYTES};
+    read_stage = (read_stage == ${STAGES - 1}) ? 0 : read_stage + 1;
+#pragma unroll
+    for (int kk = 0; kk < ${KK}; ++kk) {
+      sj_u32 af[${MI}][4], bf[${NJ}][4];
+#pragma unroll
+      for (int mi = 0; mi < ${MI}; ++mi) sj_ldmatrix_x4(af[mi], s + sj_dw_swz(a_r + mi * 16, 2 * kk + a_c));
+#pragma unroll
+      for (int nj = 0; nj < ${NJ}; ++nj) sj_ldmatrix_x4(bf[nj], s + ${A_BYTES} + sj_dw_swz(b_r + nj * 16, 2 * kk + b_c));
+#pragma unroll
+      for (int mi = 0; mi < ${MI}; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < ${NI}; ++ni) sj_mma_16816(acc[mi][ni], af[mi], &bf[ni >> 1][(ni & 1) * 2]);
+    }
+  }
+  sj_cp_async_wait<0>();
+  __syncthreads();   /* the ring is free: the tile goes where the stages were */
+
+  /* Accumulator (mi, ni) holds rows +g and +g+8, gathered columns +2q and +2q+1. */
+  float* tile = (float*)sj_smem;
+  {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < ${MI}; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < ${NI}; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_m * ${WM} + mi * 16 + h * 8 + g, c = warp_n * ${WN} + ni * 8 + 2 * q;
+          *(float2*)(tile + r * ${LDS} + c) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+        }
+  }
+  __syncthreads();
+
+  /* Keep the 2 of 4 each (row, group) names: item w of a (16-row, 8-group) fragment tile is lane
+     w/4, register w%4, i.e. row 8*(reg&1) + lane/4 and group 4*(reg>>1) + lane%4 of the tile;
+     its pair of values is word w of the tile's 512 bytes (vnm_format.h). */
+  for (int w = tid; w < ${ITEMS}; w += ${THREADS}) {
+    const int t = w >> 7, item = w & 127, ln = item >> 2, reg = item & 3;
+    const int mtl = t / ${KTC}, ktl = t % ${KTC};
+    const int r = 8 * (reg & 1) + (ln >> 2), c = 4 * (reg >> 1) + (ln & 3);
+    const int rl = mtl * 16 + r, gl = ktl * 8 + c;
+    const int row = row0 + rl, g = g0 + gl;
+$ if gp_tail then
+    if (g >= ${GP}) continue;
+$ end
+    float v0 = 0.0f, v1 = 0.0f;
+    if (row < ${M} && g < ${G}) {
+      const int kt = g / 8;
+      const sj_u32 word = W_meta[((long long)(row / 16) * ${HKTP} + kt / 2) * 32 + 4 * (r % 8) + 2 * (kt % 2) + c / 4];
+      const sj_u32 nib = (word >> (16 * (r / 8) + 4 * (c % 4))) & 0xfu;
+      v0 = tile[rl * ${LDS} + 4 * gl + (int)(nib & 3u)];
+      v1 = tile[rl * ${LDS} + 4 * gl + (int)(nib >> 2)];
+    }
+    const long long off = ((((long long)(row / 16) * ${KTP} + g / 8) * 32 + ln) * 4 + reg) * 2;
+$ if out_f32 then
+    *(float2*)(dW + off) = make_float2(v0, v1);
+$ else
+    *(sj_u32*)(dW + off) = ${pack_out}(v0, v1);
+$ end
+  }
+}
+]], e)
+
+  return {
+    source = e.prelude .. kernel,
+    entry = e.entry,
+    grid = { TM * TN, 1, 1 },
+    block = { THREADS, 1, 1 },
+    shared = smem_bytes(cfg),
+  }
+end
+
+return {
+  name = "vnm_dw",
+  op = "vnm-dw",
+  params = PARAMS,
+  space = space,
+  valid = valid,
+  default = default,
+  generate = generate,
+  flops = flops,
+  bytes = bytes,
+}
