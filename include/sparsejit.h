@@ -166,7 +166,7 @@ typedef struct sj_problem {
     sj_dtype out_dtype; /* output dtype (f16, bf16 or f32) */
     int64_t m, n, k;    /* C is m x n, reduction over k */
     int vnm_v, vnm_n, vnm_m;        /* V:N:M for SJ_OP_VNM_SPMM */
-    int twell_tile, twell_capacity; /* TwELL tile width T and per-tile capacity C */
+    int twell_tile, twell_capacity; /* TwELL tile width T (1..SJ_TWELL_MAX_TILE) and per-tile capacity C (1..T) */
     int64_t d_ff;                   /* FFN inner size for SJ_OP_TWELL_FFN */
     double twell_sparsity;          /* TwELL ops: the fraction of zeros the activations are expected
                                        to have, in [0, 1); 0: unspecified (tuning then generates
@@ -184,6 +184,8 @@ typedef struct sj_problem {
 } sj_problem;
 
 #define SJ_TWELL_MAX_SKEW 4.0
+/* The widest TwELL tile: a column within a tile must fit an entry's 16 index bits. */
+#define SJ_TWELL_MAX_TILE 65536
 
 SJ_API void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
 SJ_API sj_status sj_problem_validate(const sj_problem *p);
@@ -237,7 +239,9 @@ typedef struct sj_kernel_info {
 
 SJ_API sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out);
 
-/* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. */
+/* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. A
+ * config that is not NAME=INTEGER pairs, names a parameter the op's template does not have, or
+ * that the template finds invalid for the problem is refused with SJ_ERR_INVALID_ARGUMENT. */
 SJ_API sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config);
 
 /* ---------------------------------------------------------------- dense GEMM */

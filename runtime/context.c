@@ -345,6 +345,18 @@ sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *
     op_normalize(problem, &norm);
     if (config && strlen(config) >= sizeof ctx->forced[0].config)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
+    if (config && config[0]) { /* refused now, by the template, rather than at the next op call */
+        const char *tname;
+        gen_state *g;
+        int valid = 0;
+        char reason[512];
+        if ((st = op_template(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK ||
+            (st = gen_config_valid(g, tname, problem, config, &valid, reason, sizeof reason)) != SJ_OK)
+            return error_prefix(st, "sj_set_config");
+        if (!valid)
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: config '%s' is not valid for this problem: %s", config,
+                             reason);
+    }
     for (int i = 0; i < ctx->n_forced; i++)
         if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) {
             if (config && config[0]) {

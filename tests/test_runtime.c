@@ -183,8 +183,11 @@ static void test_problem_validation(void **state)
     assert_string_equal(d, "vnm-spmm bf16->bf16 256x256x256 V=64,NS=2,MS=8");
     sj_problem_init(&p, SJ_OP_TWELL_FFN, SJ_DTYPE_F16, 64, 64, 64);
     p.twell_tile = 64; p.twell_capacity = 65;
-    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "capacity <= tile");
-    p.twell_capacity = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "twell_capacity = 65: expected 1..twell_tile (64)");
+    /* a tile wider than an entry's 16 index bits address */
+    p.twell_tile = 1 << 20; p.twell_capacity = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = 1048576: expected 1..65536");
+    p.twell_tile = 64;
     SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "problem.d_ff");
     sj_dtype dt;
     SJ_ASSERT_STATUS(sj_dtype_parse("f8", &dt), SJ_ERR_INVALID_ARGUMENT, "unknown dtype 'f8'");
@@ -202,8 +205,20 @@ static void test_generate_and_compile_errors(void **state)
     sj_generated *g = NULL;
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "NOPE=1", &g), SJ_ERR_INVALID_ARGUMENT, "no parameter 'NOPE'");
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=abc", &g), SJ_ERR_INVALID_ARGUMENT, "not an integer");
+    /* too large for an int: refused with the text given, never narrowed to another value */
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=4294967360", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "BM = '4294967360' is out of range; expected an integer in -2147483648..2147483647");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "STAGES=3888888888888888888", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "STAGES = '3888888888888888888' is out of range");
     assert_null(g);
+    /* sj_set_config refuses what the op could not run, at once */
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "garbage;;;"), SJ_ERR_INVALID_ARGUMENT, "expected NAME=INTEGER pairs");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "BM=99999999999,XX=1"), SJ_ERR_INVALID_ARGUMENT, "out of range");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "XX=1"), SJ_ERR_INVALID_ARGUMENT, "no parameter 'XX'");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "STAGES=99"), SJ_ERR_INVALID_ARGUMENT, "not valid for this problem");
     SJ_ASSERT_OK(sj_generate(ctx, &p, NULL, &g));
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, g->config)); /* the default is a valid config */
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
     void *cubin = NULL;
     size_t size = 0;
     SJ_ASSERT_STATUS(sj_compile(ctx, g, NULL, &size, NULL), SJ_ERR_INVALID_ARGUMENT, "must be non-NULL");
