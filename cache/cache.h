@@ -61,9 +61,16 @@ typedef struct cache_winner {
 sj_status cache_default_path(char *buf, size_t len);
 
 /* path "" or NULL is refused; parent directories are created. A file that is not a valid
- * sparsejit database (or fails integrity) is moved aside to path + ".corrupt" and recreated,
- * and log (may be NULL) is told so: the cache sits below the context and has no other way up. */
+ * sparsejit database (fails integrity, or its tables are not its version's schema) is moved
+ * aside to path + ".corrupt" and recreated, and log (may be NULL) is told so: the cache sits
+ * below the context and has no other way up. An existing file this process cannot write (or in
+ * a folder it cannot write) is opened read-only instead, and log is told that once. */
 sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out);
+/* Opens an existing, current sparsejit cache read-only (a shared, pre-tuned file): nothing is
+ * created, migrated, moved or written; a file that is not one is refused. */
+sj_status cache_open_read_only(const char *path, cache_db **out);
+/* 1 when db was opened read-only: stores fail with SJ_ERR_CACHE saying so. */
+int cache_read_only(const cache_db *db);
 void cache_close(cache_db *db);
 
 /* Canonical text of a key, for display and hashing ("gpu=...;arch=...;..."). */

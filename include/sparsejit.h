@@ -88,7 +88,12 @@ typedef void (*sj_log_fn)(void *user, const char *message);
 
 typedef struct sj_context_options {
     const char *cache_path;    /* NULL: $SPARSEJIT_CACHE, else $XDG_CACHE_HOME/sparsejit/kernels.db,
-                                  else ~/.cache/sparsejit/kernels.db; "" disables the cache */
+                                  else ~/.cache/sparsejit/kernels.db; "" disables the cache (and
+                                  the shared ones). A file this process cannot write is used
+                                  read-only; one that cannot be opened at all leaves the context
+                                  without a cache. Either is said once through log, and neither
+                                  fails sj_context_create. $SPARSEJIT_CACHE_RO lists shared
+                                  read-only caches (paths separated by ':') looked up after it. */
     const char *template_dir;  /* NULL: $SPARSEJIT_TEMPLATE_DIR, else the templates built in */
     const char *arch;          /* NULL: the device's arch; else e.g. "sm_80", "sm_90a" (compile only) */
     int device_ordinal;        /* which GPU (default 0) */

@@ -82,6 +82,10 @@ done
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
+# a cache that cannot be opened never stops the CLI: info runs without one and says so once
+out=$(SPARSEJIT_CACHE=/proc/sparsejit-no/kernels.db "$cli" info 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c "warning: running without a kernel cache")" -eq 1 ] &&
+  echo "$out" | grep -q "cache:    (disabled)" || fail "info with an unopenable cache (got $rc: $out)"
 out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
 tmp=$(mktemp -d)

@@ -675,6 +675,171 @@ static void test_newer_and_foreign_refused(void **state)
     remove_dir(dir);
 }
 
+/* A log callback that keeps the last message and counts them. */
+typedef struct log_seen { int count; char last[4096]; } log_seen;
+
+static void seen_log(void *user, const char *message)
+{
+    log_seen *l = user;
+    l->count++;
+    snprintf(l->last, sizeof l->last, "%s", message);
+}
+
+/* sha256-free fingerprint of a file: size and bytes, to show nothing wrote it. */
+static char *file_bytes_of(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*n + 1);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* A cache with one kernel, one winner and a trial for key, closed (no -wal or -shm left). */
+static void make_tuned_cache(const char *path, const cache_key *key, const cache_kernel *k, double median)
+{
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
+    cache_winner w = { .median_us = median, .tflops = 1 };
+    snprintf(w.config, sizeof w.config, "%s", k->config);
+    snprintf(w.strategy, sizeof w.strategy, "random");
+    cache_trial t = random_trial(k->config, 1);
+    SJ_ASSERT_OK(cache_put_tuning(db, key, &t, 1, &w, k, 0));
+    cache_close(db);
+}
+
+/* Read-only: every read works, every write is refused naming the cause, and the file's bytes do
+ * not change. (Reading a WAL file may leave SQLite's -wal/-shm beside it where the folder is
+ * writable; where it is not, the immutable fallback runs: test_unwritable_opens_read_only.) */
+static void test_read_only_open(void **state)
+{
+    char *dir = fresh_dir(), *path = path_in(dir, "shared.db");
+    cache_key key = random_key();
+    cache_kernel k = random_kernel("CFG=3", 999);
+    make_tuned_cache(path, &key, &k, 12.5);
+    size_t n0, n1;
+    char *before = file_bytes_of(path, &n0);
+
+    cache_db *db = NULL;
+    SJ_ASSERT_OK(cache_open_read_only(path, &db));
+    assert_true(cache_read_only(db));
+    assert_kernel_hit(db, &key, &k);
+    cache_winner w;
+    SJ_ASSERT_OK(cache_get_winner(db, &key, &w));
+    assert_string_equal(w.config, "CFG=3");
+    key_count kc = count_all(db);
+    assert_int_equal(kc.keys, 1);
+    cache_kernel k2 = random_kernel("CFG=4", 64);
+    SJ_ASSERT_STATUS(cache_put_kernel(db, &key, &k2), SJ_ERR_CACHE, "is open read-only: cannot store kernel");
+    SJ_ASSERT_STATUS(cache_clear(db), SJ_ERR_CACHE, "read-only");
+    SJ_ASSERT_STATUS(cache_vacuum(db), SJ_ERR_CACHE, "read-only");
+    cache_close(db);
+    char *after = file_bytes_of(path, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
+
+    /* what is not a current sparsejit cache is refused, and left alone */
+    char *missing = path_in(dir, "missing.db");
+    SJ_ASSERT_STATUS(cache_open_read_only(missing, &db), SJ_ERR_CACHE, "missing.db");
+    assert_null(db);
+    assert_false(file_exists(missing));
+    char *garbage = path_in(dir, "garbage.db");
+    write_random_file(garbage, 4096, 0);
+    SJ_ASSERT_STATUS(cache_open_read_only(garbage, &db), SJ_ERR_CACHE, "left as it is");
+    char *aside = path_in(dir, "garbage.db.corrupt");
+    assert_false(file_exists(aside));
+    free(before); free(after); free(missing); free(garbage); free(aside); free(k.cubin); free(k2.cubin);
+    free(path);
+    remove_dir(dir);
+}
+
+/* Runs fn(path) in a child that cannot write path's file or folder (as root: a child that drops
+ * to nobody, whom the modes below then bind, so the test means the same for root and a user).
+ * Returns the child's exit code; 77 when the privilege drop is not possible here. */
+static int as_unprivileged(const char *dir, const char *path, int (*fn)(const char *))
+{
+    assert_int_equal(chmod(path, 0444), 0);
+    assert_int_equal(chmod(dir, 0555), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(77);
+        _exit(fn(path));
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(chmod(dir, 0755), 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+}
+
+static int child_opens_read_only(const char *path)
+{
+    log_seen seen = { 0 };
+    cache_db *db = NULL;
+    if (cache_open(path, seen_log, &seen, &db) != SJ_OK) { fprintf(stderr, "open: %s\n", sj_last_error()); return 1; }
+    if (!cache_read_only(db) || seen.count != 1 || !strstr(seen.last, "not writable") ||
+        !strstr(seen.last, "opened it read-only")) { fprintf(stderr, "log: %d '%s'\n", seen.count, seen.last); return 2; }
+    key_count kc = count_all(db);
+    cache_kernel k = random_kernel("CFG=9", 64);
+    cache_key key = random_key();
+    int refused = cache_put_kernel(db, &key, &k) == SJ_ERR_CACHE && strstr(sj_last_error(), "read-only");
+    free(k.cubin);
+    cache_close(db);
+    return kc.keys == 1 && refused ? 0 : 3;
+}
+
+/* A cache file this process cannot write opens read-only, says so once, and reads. */
+static void test_unwritable_opens_read_only(void **state)
+{
+    char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
+    assert_int_equal(chmod(dir, 0755), 0);
+    cache_key key = random_key();
+    cache_kernel k = random_kernel("CFG=3", 512);
+    make_tuned_cache(path, &key, &k, 3.0);
+    int rc = as_unprivileged(dir, path, child_opens_read_only);
+    if (rc == 77) skip();
+    assert_int_equal(rc, 0);
+    char *shm = path_in(dir, "kernels.db-shm");
+    assert_false(file_exists(shm)); /* read as immutable: nothing created beside it */
+    free(shm); free(k.cubin); free(path);
+    remove_dir(dir);
+}
+
+/* Schema drift: our file whose tables are not its version's (a dropped table, tables at version
+ * 0, our tables without our header) is moved aside and recreated like a corrupt one. */
+static void test_schema_drift_moved_aside(void **state)
+{
+    const char *drifts[] = {
+        "DROP TABLE winners",
+        "PRAGMA user_version=0",
+        "PRAGMA application_id=0; PRAGMA user_version=0",
+        "ALTER TABLE trials ADD COLUMN extra",
+    };
+    for (size_t i = 0; i < sizeof drifts / sizeof *drifts; i++) {
+        char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt");
+        cache_key key = random_key();
+        cache_kernel k = random_kernel("CFG=1", 100);
+        make_tuned_cache(path, &key, &k, 2.0);
+        raw_exec(path, drifts[i]);
+        log_seen seen = { 0 };
+        cache_db *db = NULL;
+        SJ_ASSERT_OK(cache_open(path, seen_log, &seen, &db));
+        if (seen.count != 1 || !strstr(seen.last, "moved it aside"))
+            fail_msg("%s: log %d '%s'", drifts[i], seen.count, seen.last);
+        assert_true(file_exists(aside));
+        assert_int_equal(count_all(db).keys, 0);
+        cache_kernel k2 = random_kernel("CFG=2", 100);
+        SJ_ASSERT_OK(cache_put_kernel(db, &key, &k2)); /* a working cache again */
+        cache_close(db);
+        free(k.cubin); free(k2.cubin); free(path); free(aside);
+        remove_dir(dir);
+    }
+}
+
 /* ---------------------------------------------------------------- several processes */
 
 enum { PROCS = 4, ITERS = 240, SHARED_KEYS = 6, TRIALS_PER = 3 };
@@ -1313,6 +1478,9 @@ int main(void)
         cmocka_unit_test(test_second_corrupt_kept),
         cmocka_unit_test(test_damaged_pages_moved_aside),
         cmocka_unit_test(test_newer_and_foreign_refused),
+        cmocka_unit_test(test_read_only_open),
+        cmocka_unit_test(test_unwritable_opens_read_only),
+        cmocka_unit_test(test_schema_drift_moved_aside),
         cmocka_unit_test(test_concurrent_processes),
         cmocka_unit_test(test_threads_share_one_db),
         cmocka_unit_test(test_killed_writer),
