@@ -102,12 +102,17 @@ typedef int (*cache_trial_fn)(void *user, const cache_trial *trial);
 sj_status cache_list_trials(cache_db *db, const cache_key *key, cache_trial_fn fn, void *user);
 
 /* Export every entry whose key matches gpu/arch (NULL: all) into a fresh database file at
- * dst_path (refuses to overwrite). Import merges src_path into db, refusing (and counting)
- * entries for another arch, driver or NVRTC version than the given ones. */
+ * dst_path (refuses to overwrite). Import merges src_path into db, refusing (and counting in
+ * n_refused) entries for another arch, driver or NVRTC version than the given ones. The file is
+ * untrusted: it must be a regular file whose tables are exactly sparsejit's (no views, nothing of
+ * its schema runs); every field is checked (text printable, numbers of the right type and range,
+ * configs NAME=INTEGER pairs, a winner's median > 0, each cubin's sha256), and a key or row that
+ * fails is refused, counted in n_invalid, the first with its reason in why. At most 100000 keys,
+ * 10000 rows a key and 120 s of reading. */
 sj_status cache_export(cache_db *db, const char *dst_path, const char *gpu, const char *arch,
                        int *n_exported);
 sj_status cache_import(cache_db *db, const char *src_path, const char *arch, int driver_version,
-                       int nvrtc_version, int *n_imported, int *n_refused);
+                       int nvrtc_version, int *n_imported, int *n_refused, int *n_invalid, char *why, size_t why_len);
 sj_status cache_clear(cache_db *db);
 sj_status cache_vacuum(cache_db *db);
 

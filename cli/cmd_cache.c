@@ -451,13 +451,18 @@ static int cmd_import(cache_db *db, const cache_opts *o)
         if (!o->driver) driver = info.driver_version;
         if (!o->nvrtc) nvrtc = info.nvrtc_version;
     }
-    int imported = 0, refused = 0;
-    if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused) != SJ_OK) return fail();
+    int imported = 0, refused = 0, invalid = 0;
+    char why[512];
+    if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused, &invalid, why, sizeof why) != SJ_OK)
+        return fail();
     printf("imported %d key%s from %s", imported, imported == 1 ? "" : "s", o->args[1]);
     if (refused)
         printf("; refused %d key%s for another arch, driver or NVRTC than %s / driver %d / NVRTC %d",
                refused, refused == 1 ? "" : "s", arch, driver, nvrtc);
     printf("\n");
+    if (invalid)
+        fprintf(stderr, "sparsejit cache: refused %d invalid key%s or row%s of %s (first: %s)\n", invalid,
+                invalid == 1 ? "" : "s", invalid == 1 ? "" : "s", o->args[1], why);
     return 0;
 }
 

@@ -1276,7 +1276,7 @@ static void test_export_import(void **state)
     put_winner(db2, &e[1].key, "LOCAL=slow", e[1].winner.median_us * 2.0, 0, &k1);
 
     int imported = -1, refused = -1;
-    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 3);
     assert_int_equal(refused, 3);
     assert_entry_present(db2, &e[0], 1, 0);
@@ -1291,7 +1291,7 @@ static void test_export_import(void **state)
     key_count c = count_all(db2);
     assert_int_equal(c.keys, 3);
     /* importing again changes nothing */
-    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 3);
     assert_int_equal(refused, 3);
     key_count c2 = count_all(db2);
@@ -1301,7 +1301,7 @@ static void test_export_import(void **state)
     char *p3 = path_in(dir, "three.db");
     cache_db *db3;
     SJ_ASSERT_OK(cache_open(p3, NULL, NULL, &db3));
-    SJ_ASSERT_OK(cache_import(db3, out, "sm_80", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db3, out, "sm_80", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 5);
     assert_entry_present(db3, &e[3], 0, 1);
@@ -1311,7 +1311,7 @@ static void test_export_import(void **state)
     char *p4 = path_in(dir, "four.db");
     cache_db *db4;
     SJ_ASSERT_OK(cache_open(p4, NULL, NULL, &db4));
-    SJ_ASSERT_OK(cache_import(db4, out90, "sm_90a", 12080, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db4, out90, "sm_90a", 12080, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 4);
     assert_int_equal(count_all(db4).kernels, 0);
@@ -1321,14 +1321,14 @@ static void test_export_import(void **state)
     /* files that are not exports */
     char *garbage = path_in(dir, "garbage.db"), *missing = path_in(dir, "missing.db");
     write_random_file(garbage, 8192, 0);
-    SJ_ASSERT_STATUS(cache_import(db4, garbage, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_CACHE,
+    SJ_ASSERT_STATUS(cache_import(db4, garbage, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
                      "not a valid sparsejit database");
     assert_true(file_exists(garbage)); /* an import source is never moved aside */
-    SJ_ASSERT_STATUS(cache_import(db4, missing, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_IO,
+    SJ_ASSERT_STATUS(cache_import(db4, missing, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_IO,
                      "missing.db");
     assert_false(file_exists(missing));
     raw_exec(outgpu, "PRAGMA user_version=9");
-    SJ_ASSERT_STATUS(cache_import(db4, outgpu, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_CACHE,
+    SJ_ASSERT_STATUS(cache_import(db4, outgpu, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
                      "schema version 9");
     assert_int_equal(raw_int(outgpu, "PRAGMA user_version"), 9);
 
@@ -1344,6 +1344,96 @@ static void test_export_import(void **state)
 }
 
 /* ---------------------------------------------------------------- default path */
+
+/* Copies a file byte for byte. */
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    char *b = file_bytes_of(from, &n);
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(b);
+}
+
+/* cache import does not trust the file: crafted exports are refused, field by field or whole,
+ * with the reason; nothing of the file's schema runs; a FIFO is refused without blocking. */
+static void test_import_refuses_crafted_files(void **state)
+{
+    char *dir = fresh_dir(), *src = path_in(dir, "src.db"), *crafted = path_in(dir, "crafted.db");
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(src, NULL, NULL, &db));
+    entry e;
+    make_entry(db, &e, "NVIDIA H200", "sm_90a", 13000, 13000);
+    cache_close(db);
+    const struct { const char *sql, *why; int keys, invalid, winner, kernel; } cases[] = {
+        { "UPDATE winners SET median_us='abc'", "the winner of key", 1, 1, 0, 1 },
+        { "UPDATE winners SET median_us=0", "median_us > 0", 1, 1, 0, 1 },
+        { "UPDATE winners SET config='BM=99999999999,XX=1'", "the winner of key", 1, 1, 0, 1 },
+        { "UPDATE kernels SET grid_x=4294967295", "a kernel of key", 1, 1, 1, 0 },
+        { "UPDATE kernels SET shared_bytes=4294967295", "a kernel of key", 1, 1, 1, 0 },
+        { "UPDATE kernels SET cubin=zeroblob(16)", "fails its sha256", 1, 1, 1, 0 },
+        { "UPDATE trials SET median_us='abc' WHERE config=(SELECT min(config) FROM trials)", "a trial of key", 1, 1, 1, 1 },
+        { "UPDATE keys SET gpu='NVIDIA H200' || char(27) || '[31m'", "unprintable", 0, 1, 0, 0 },
+        { "UPDATE keys SET m=-5", "out of range", 0, 1, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *dst = path_in(dir, "dst.db");
+        copy_file(src, crafted);
+        raw_exec(crafted, cases[i].sql);
+        SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+        int imported = -1, refused = -1, invalid = -1;
+        char why[512];
+        SJ_ASSERT_OK(cache_import(db, crafted, "sm_90a", 13000, 13000, &imported, &refused, &invalid, why, sizeof why));
+        if (imported != cases[i].keys || invalid != cases[i].invalid || refused != 0 || !strstr(why, cases[i].why))
+            fail_msg("%s: imported %d, refused %d, invalid %d, why '%s'", cases[i].sql, imported, refused, invalid, why);
+        cache_winner w;
+        cache_kernel k;
+        assert_int_equal(cache_get_winner(db, &e.key, &w) == SJ_OK, cases[i].winner);
+        sj_status st = cache_get_kernel(db, &e.key, e.kernel.config, &k);
+        assert_int_equal(st == SJ_OK, cases[i].kernel);
+        if (st == SJ_OK) free(k.cubin);
+        cache_close(db);
+        assert_int_equal(remove(dst), 0);
+        free(dst);
+    }
+
+    /* a keys VIEW that recurses forever: refused at once as not our tables, nothing runs */
+    const char *views[] = {
+        "ALTER TABLE keys RENAME TO k0; CREATE VIEW keys AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+        "FROM r) SELECT x AS id, 'g' AS gpu, 'sm_90a' AS arch, 1 AS sm_count, 13000 AS driver_version, 13000 AS "
+        "nvrtc_version, 't' AS template_name, 'h' AS template_hash, 'gemm' AS op, 'f16' AS dtype, 'f16' AS out_dtype, "
+        "1 AS m, 1 AS n, 1 AS k, '' AS sparsity FROM r",
+        "DROP TABLE trials",
+    };
+    for (size_t i = 0; i < sizeof views / sizeof *views; i++) {
+        char *dst = path_in(dir, "dst.db");
+        copy_file(src, crafted);
+        raw_exec(crafted, views[i]);
+        SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+        time_t t0 = time(NULL);
+        int imported = -1, refused = -1;
+        SJ_ASSERT_STATUS(cache_import(db, crafted, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
+                         "is not a valid sparsejit database");
+        assert_true(time(NULL) - t0 < 5);
+        assert_int_equal(count_all(db).keys, 0);
+        cache_close(db);
+        assert_int_equal(remove(dst), 0);
+        free(dst);
+    }
+
+    /* a FIFO nobody writes: refused at once instead of blocking in open() */
+    char *fifo = path_in(dir, "fifo.db"), *dst = path_in(dir, "dst.db");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+    int n1, n2;
+    SJ_ASSERT_STATUS(cache_import(db, fifo, "sm_90a", 13000, 13000, &n1, &n2, NULL, NULL, 0), SJ_ERR_IO,
+                     "is not a regular file");
+    cache_close(db);
+    free(fifo); free(dst); free(e.kernel.cubin); free(src); free(crafted);
+    remove_dir(dir);
+}
 
 static void set_env(const char *name, const char *value)
 {
@@ -1447,11 +1537,11 @@ static void test_bad_arguments(void **state)
     SJ_ASSERT_STATUS(cache_export(none, other, NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     SJ_ASSERT_STATUS(cache_export(db, NULL, NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "dst_path is NULL");
     SJ_ASSERT_STATUS(cache_export(db, "", NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "dst_path is \"\"");
-    SJ_ASSERT_STATUS(cache_import(none, other, "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, NULL, "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "src_path is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, "", "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "src_path is \"\"");
-    SJ_ASSERT_STATUS(cache_import(db, other, NULL, 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "arch is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, other, "sm_90a", 0, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "driver_version");
+    SJ_ASSERT_STATUS(cache_import(none, other, "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, NULL, "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "src_path is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, "", "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "src_path is \"\"");
+    SJ_ASSERT_STATUS(cache_import(db, other, NULL, 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "arch is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, other, "sm_90a", 0, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "driver_version");
     SJ_ASSERT_STATUS(cache_clear(none), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     SJ_ASSERT_STATUS(cache_vacuum(none), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     assert_false(file_exists(other));
@@ -1485,6 +1575,7 @@ int main(void)
         cmocka_unit_test(test_threads_share_one_db),
         cmocka_unit_test(test_killed_writer),
         cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_import_refuses_crafted_files),
         cmocka_unit_test(test_default_path),
         cmocka_unit_test(test_bad_arguments),
     };
