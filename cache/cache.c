@@ -86,6 +86,8 @@ sj_status cachei_fail(sqlite3 *db, const char *path, const char *what)
 
 sj_status cachei_begin(sqlite3 *db, const char *path, const char *what)
 {
+    if (sqlite3_db_readonly(db, "main") == 1)
+        return error_set(SJ_ERR_CACHE, "cache %s is open read-only: cannot %s", path, what);
     /* IMMEDIATE takes the write lock now, under the busy timeout: a deferred transaction that
      * later upgrades its read lock gets SQLITE_BUSY at once, whatever the timeout. */
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
@@ -345,6 +347,10 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
     cachei_stmt_done(s);
     if (st != SJ_OK || intact) return st;
 
+    cache_key_text(key, text, sizeof text);
+    if (c->read_only) /* a shared file is not ours to repair: this process rebuilds the kernel */
+        return error_set(SJ_ERR_NOT_FOUND, "cache %s (read-only): the kernel for config '%s' of key %s is corrupt "
+                         "(cubin sha256 mismatch); it will be rebuilt", c->path, config, text);
     /* Corrupt: drop the row so the kernel is rebuilt and stored afresh. */
     if ((st = cachei_begin(c->db, c->path, "delete corrupt kernel")) != SJ_OK) return st;
     if ((st = cachei_stmt(c, ST_KERNEL_DELETE, &s)) != SJ_OK) return cachei_rollback(c->db, st);
@@ -354,7 +360,6 @@ static sj_status get_kernel_locked(cache_db *c, const cache_key *key, const char
     cachei_stmt_done(s);
     if (st != SJ_OK) return cachei_rollback(c->db, st);
     if ((st = cachei_commit(c->db, c->path, "delete corrupt kernel")) != SJ_OK) return st;
-    cache_key_text(key, text, sizeof text);
     return error_set(SJ_ERR_NOT_FOUND, "cache %s: the kernel for config '%s' of key %s was corrupt "
                    "(cubin sha256 mismatch); deleted it, it will be rebuilt", c->path, config, text);
 }
@@ -744,7 +749,9 @@ sj_status cache_vacuum(cache_db *c)
     sj_status st = SJ_OK;
     /* VACUUM cannot run inside a transaction (so no BEGIN IMMEDIATE); it waits for the write
      * lock under the busy timeout. The checkpoint then shrinks the WAL file back to zero. */
-    if (sqlite3_exec(c->db, "VACUUM", NULL, NULL, NULL) != SQLITE_OK)
+    if (c->read_only)
+        st = error_set(SJ_ERR_CACHE, "cache %s is open read-only: cannot vacuum it", c->path);
+    else if (sqlite3_exec(c->db, "VACUUM", NULL, NULL, NULL) != SQLITE_OK)
         st = cachei_fail(c->db, c->path, "VACUUM");
     else if (sqlite3_exec(c->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
         st = cachei_fail(c->db, c->path, "wal_checkpoint");

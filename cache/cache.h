@@ -61,9 +61,16 @@ typedef struct cache_winner {
 sj_status cache_default_path(char *buf, size_t len);
 
 /* path "" or NULL is refused; parent directories are created. A file that is not a valid
- * sparsejit database (or fails integrity) is moved aside to path + ".corrupt" and recreated,
- * and log (may be NULL) is told so: the cache sits below the context and has no other way up. */
+ * sparsejit database (fails integrity, or its tables are not its version's schema) is moved
+ * aside to path + ".corrupt" and recreated, and log (may be NULL) is told so: the cache sits
+ * below the context and has no other way up. An existing file this process cannot write (or in
+ * a folder it cannot write) is opened read-only instead, and log is told that once. */
 sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out);
+/* Opens an existing, current sparsejit cache read-only (a shared, pre-tuned file): nothing is
+ * created, migrated, moved or written; a file that is not one is refused. */
+sj_status cache_open_read_only(const char *path, cache_db **out);
+/* 1 when db was opened read-only: stores fail with SJ_ERR_CACHE saying so. */
+int cache_read_only(const cache_db *db);
 void cache_close(cache_db *db);
 
 /* Canonical text of a key, for display and hashing ("gpu=...;arch=...;..."). */
@@ -95,12 +102,17 @@ typedef int (*cache_trial_fn)(void *user, const cache_trial *trial);
 sj_status cache_list_trials(cache_db *db, const cache_key *key, cache_trial_fn fn, void *user);
 
 /* Export every entry whose key matches gpu/arch (NULL: all) into a fresh database file at
- * dst_path (refuses to overwrite). Import merges src_path into db, refusing (and counting)
- * entries for another arch, driver or NVRTC version than the given ones. */
+ * dst_path (refuses to overwrite). Import merges src_path into db, refusing (and counting in
+ * n_refused) entries for another arch, driver or NVRTC version than the given ones. The file is
+ * untrusted: it must be a regular file whose tables are exactly sparsejit's (no views, nothing of
+ * its schema runs); every field is checked (text printable, numbers of the right type and range,
+ * configs NAME=INTEGER pairs, a winner's median > 0, each cubin's sha256), and a key or row that
+ * fails is refused, counted in n_invalid, the first with its reason in why. At most 100000 keys,
+ * 10000 rows a key and 120 s of reading. */
 sj_status cache_export(cache_db *db, const char *dst_path, const char *gpu, const char *arch,
                        int *n_exported);
 sj_status cache_import(cache_db *db, const char *src_path, const char *arch, int driver_version,
-                       int nvrtc_version, int *n_imported, int *n_refused);
+                       int nvrtc_version, int *n_imported, int *n_refused, int *n_invalid, char *why, size_t why_len);
 sj_status cache_clear(cache_db *db);
 sj_status cache_vacuum(cache_db *db);
 

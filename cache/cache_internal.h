@@ -39,6 +39,7 @@ typedef enum cache_stmt_id {
  * opened SQLITE_OPEN_NOMUTEX and its statements are used by one call at a time. */
 struct cache_db {
     sqlite3 *db;
+    int read_only;  /* opened read-only: every write is refused before it reaches SQLite */
     char path[1024];
     pthread_mutex_t lock;
     sqlite3_stmt *stmts[ST_COUNT];
@@ -49,13 +50,22 @@ typedef enum cache_file_kind {
     CACHE_FILE_OURS,     /* a sparsejit database that passes quick_check */
     CACHE_FILE_EMPTY,    /* a new or empty SQLite file: initialize it */
     CACHE_FILE_CORRUPT,  /* not an SQLite database, or fails quick_check */
-    CACHE_FILE_FOREIGN   /* a valid SQLite database of another application */
+    CACHE_FILE_FOREIGN,  /* a valid SQLite database of another application */
+    CACHE_FILE_DRIFT     /* ours (our application_id, or our tables at user_version 0), but its
+                            tables are not the schema its version promises: a dropped table, a
+                            v0 file with tables. Moved aside like a corrupt one. */
 } cache_file_kind;
 
 /* schema.c */
 /* Opens path with flags (SQLITE_OPEN_*), sets the busy timeout and classifies the file; *why
- * says what is wrong for CORRUPT/FOREIGN. *version: its user_version. Errors other than a bad
- * file (I/O, permissions) fail with SJ_ERR_CACHE and leave *out NULL. */
+ * says what is wrong for CORRUPT/FOREIGN/DRIFT. *version: its user_version. Errors other than a
+ * bad file (I/O, permissions) fail with SJ_ERR_CACHE and leave *out NULL. With
+ * SQLITE_OPEN_READONLY the file is opened as mode=ro, and as immutable when SQLite cannot read
+ * a WAL database read-only otherwise (no -shm beside it and a folder it cannot write): a
+ * shared cache on a read-only mount. */
+/* With SQLITE_OPEN_READONLY in cachei_open_conn's flags: open as immutable at once. A bit
+ * SQLite's open flags leave unused. */
+#define CACHEI_OPEN_IMMUTABLE 0x40000000
 sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_file_kind *kind,
                            int *version, char *why, size_t why_len);
 /* Brings a connection's schema up to CACHE_SCHEMA_VERSION in one BEGIN IMMEDIATE transaction;

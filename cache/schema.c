@@ -176,6 +176,79 @@ static int quick_check(sqlite3 *db, char *msg, size_t len)
     return rc;
 }
 
+/* The schema text of a connection's main database: one line per table and index (SQLite's own
+ * automatic indexes aside), in name order. "" when it cannot be read. */
+static void schema_text(sqlite3 *db, char *buf, size_t len)
+{
+    sqlite3_stmt *s = NULL;
+    size_t off = 0;
+    buf[0] = 0;
+    if (sqlite3_prepare_v2(db, "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+                           "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name", -1, &s, NULL) == SQLITE_OK)
+        while (sqlite3_step(s) == SQLITE_ROW && off < len) {
+            int n = snprintf(buf + off, len - off, "%s %s %s %s\n", sqlite3_column_text(s, 0), sqlite3_column_text(s, 1),
+                             sqlite3_column_text(s, 2), sqlite3_column_text(s, 3));
+            off = n < 0 ? len : off + (size_t)n;
+        }
+    sqlite3_finalize(s);
+}
+
+/* 1 when db's tables are not exactly those the migrations create (a dropped or altered table),
+ * naming the first difference in why. The reference is built in memory from the same
+ * migrations, so it cannot fall behind them. */
+static int schema_drifted(sqlite3 *db, char *why, size_t why_len)
+{
+    static char want[8192], have[8192];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the two buffers above */
+    sqlite3 *ref = NULL;
+    int drift = 0;
+    pthread_mutex_lock(&lock);
+    if (sqlite3_open_v2(":memory:", &ref, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK) {
+        for (int v = 0; v < CACHE_SCHEMA_VERSION; v++) sqlite3_exec(ref, migrations[v], NULL, NULL, NULL);
+        schema_text(ref, want, sizeof want);
+        schema_text(db, have, sizeof have);
+        drift = strcmp(want, have) != 0;
+        if (drift) {
+            size_t i = 0;
+            while (want[i] && want[i] == have[i]) i++;
+            while (i > 0 && want[i - 1] != '\n') i--;
+            snprintf(why, why_len, "its tables differ from schema version %d's, first at '%.48s'", CACHE_SCHEMA_VERSION,
+                     want + i);
+        }
+    }
+    sqlite3_close(ref);
+    pthread_mutex_unlock(&lock);
+    return drift;
+}
+
+/* 1 when a database without our application_id holds a table of ours: a sparsejit file whose
+ * header was lost or never written, not another application's. */
+static int has_our_tables(sqlite3 *db)
+{
+    int n = 0;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema WHERE type='table' AND "
+                           "name IN ('keys', 'kernels', 'trials', 'winners')", -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return n > 0;
+}
+
+/* "file:" URI of path with mode=ro (and immutable=1), every byte a URI could misread escaped. */
+static int read_only_uri(const char *path, int immutable, char *buf, size_t len)
+{
+    size_t off = (size_t)snprintf(buf, len, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (off + 4 >= len) return 0;
+        int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                    strchr("/-._~", *p);
+        off += (size_t)snprintf(buf + off, len - off, plain ? "%c" : "%%%02X", *p);
+    }
+    int n = snprintf(buf + off, len - off, "?mode=ro%s", immutable ? "&immutable=1" : "");
+    return n >= 0 && (size_t)n < len - off;
+}
+
 sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_file_kind *kind,
                            int *version, char *why, size_t why_len)
 {
@@ -183,7 +256,16 @@ sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_fil
     *version = 0;
     why[0] = 0;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, flags, NULL);
+    const char *name = path;
+    char uri[3200];
+    int read_only = (flags & SQLITE_OPEN_READONLY) != 0, immutable = (flags & CACHEI_OPEN_IMMUTABLE) != 0;
+    if (read_only) {
+        if (!read_only_uri(path, immutable, uri, sizeof uri))
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "cache %s: path too long to open read-only", path);
+        name = uri;
+        flags = (flags & ~CACHEI_OPEN_IMMUTABLE) | SQLITE_OPEN_URI;
+    }
+    int rc = sqlite3_open_v2(name, &db, flags, NULL);
     if (rc != SQLITE_OK) {
         sj_status st = error_set(SJ_ERR_CACHE, "cache %s: open: %s", path,
                                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -211,9 +293,19 @@ sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_fil
         rc = SQLITE_OK;
     }
     sqlite3_finalize(s); /* repeats the step's code, handled above */
+    if (read_only && !immutable && ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)) {
+        /* A WAL file with no -shm beside it, in a folder this process cannot write: SQLite can
+         * read it only as immutable (no one may be writing it: a shared, pre-tuned cache). */
+        sqlite3_close(db);
+        return cachei_open_conn(path, SQLITE_OPEN_READONLY | CACHEI_OPEN_IMMUTABLE | (flags & SQLITE_OPEN_NOMUTEX), out,
+                                kind, version, why, why_len);
+    }
     if (rc == SQLITE_OK) {
         if (app == 0 && *version == 0 && objects == 0) {
             *kind = CACHE_FILE_EMPTY;
+        } else if (app != CACHE_APPLICATION_ID && app == 0 && *version == 0 && has_our_tables(db)) {
+            *kind = CACHE_FILE_DRIFT;
+            snprintf(why, why_len, "it holds sparsejit tables but no sparsejit header (user_version 0)");
         } else if (app != CACHE_APPLICATION_ID) {
             *kind = CACHE_FILE_FOREIGN;
             snprintf(why, why_len, "its application_id is 0x%08X, not sparsejit's 0x%08X",
@@ -223,6 +315,12 @@ sj_status cachei_open_conn(const char *path, int flags, sqlite3 **out, cache_fil
             rc = quick_check(db, msg, sizeof msg);
             if (rc == SQLITE_OK) {
                 *kind = CACHE_FILE_OURS;
+                if (*version == 0 && objects > 0) {
+                    *kind = CACHE_FILE_DRIFT;
+                    snprintf(why, why_len, "it has tables at schema version 0");
+                } else if (*version == CACHE_SCHEMA_VERSION && schema_drifted(db, why, why_len)) {
+                    *kind = CACHE_FILE_DRIFT;
+                }
             } else if (is_bad_file(rc)) {
                 *kind = CACHE_FILE_CORRUPT;
                 snprintf(why, why_len, "quick_check: %s", msg);
@@ -374,14 +472,25 @@ static int same_file(const struct stat *a, int a_ok, const char *path)
     return a->st_dev == b.st_dev && a->st_ino == b.st_ino;
 }
 
-sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out)
+/* Whether this process may change the existing file at path and create files beside it (its
+ * -wal, -shm and .corrupt): why not in why. Root passes access() everywhere but on a read-only
+ * mount, which is then what this finds. */
+static int may_write(const char *path, char *why, size_t len)
 {
-    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: out is NULL");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    const char *what = access(path, W_OK) != 0 ? path : access(dir, W_OK) != 0 ? dir : NULL;
+    if (what) snprintf(why, len, "%s: %s", what, strerror(errno));
+    return !what;
+}
+
+static sj_status new_handle(const char *path, cache_db **out)
+{
     *out = NULL;
-    if (!path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is NULL (expected a file path)");
-    if (!*path)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is \"\" (expected a file path; "
-                       "an empty cache path means the cache is disabled)");
     cache_db *c = calloc(1, sizeof *c);
     if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "cache_open: out of memory");
     /* room for the ".corrupt.99-wal" suffix of move_aside */
@@ -391,7 +500,75 @@ sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db *
                        path, sizeof c->path - 16);
     }
     snprintf(c->path, sizeof c->path, "%s", path);
-    sj_status st = cachei_make_parent_dirs(path);
+    if (pthread_mutex_init(&c->lock, NULL) != 0) {
+        free(c);
+        return error_set(SJ_ERR_CACHE, "cache %s: cannot create its mutex", path);
+    }
+    *out = c;
+    return SJ_OK;
+}
+
+sj_status cache_open_read_only(const char *path, cache_db **out)
+{
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open_read_only: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open_read_only: path is %s", path ? "\"\"" : "NULL");
+    cache_db *c;
+    sj_status st = new_handle(path, &c);
+    if (st != SJ_OK) return st;
+    cache_file_kind kind;
+    int version;
+    char why[320];
+    sqlite3 *db = NULL;
+    st = cachei_open_conn(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, &db, &kind, &version, why, sizeof why);
+    if (st == SJ_OK && kind == CACHE_FILE_EMPTY)
+        st = error_set(SJ_ERR_CACHE, "cache %s (read-only) is empty", path);
+    else if (st == SJ_OK && kind != CACHE_FILE_OURS)
+        st = error_set(SJ_ERR_CACHE, "cache %s (read-only) is not a valid sparsejit database (%s); left as it is", path, why);
+    else if (st == SJ_OK && version > CACHE_SCHEMA_VERSION)
+        st = newer_schema(path, version);
+    else if (st == SJ_OK && version < CACHE_SCHEMA_VERSION)
+        st = error_set(SJ_ERR_CACHE, "cache %s (read-only) has schema version %d; this sparsejit reads %d once a writable "
+                       "open has migrated it", path, version, CACHE_SCHEMA_VERSION);
+    if (st == SJ_OK) st = cachei_configure(db, path, 0);
+    if (st != SJ_OK) {
+        sqlite3_close(db);
+        cache_close(c);
+        return st;
+    }
+    c->db = db;
+    c->read_only = 1;
+    *out = c;
+    return SJ_OK;
+}
+
+int cache_read_only(const cache_db *c) { return c && c->read_only; }
+
+sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db **out)
+{
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: out is NULL");
+    *out = NULL;
+    if (!path) return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is NULL (expected a file path)");
+    if (!*path)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path is \"\" (expected a file path; "
+                       "an empty cache path means the cache is disabled)");
+    char why_ro[1100];
+    if (access(path, F_OK) == 0 && !may_write(path, why_ro, sizeof why_ro)) {
+        /* A shared or protected file: still worth reading. Said once, here: every store
+         * would otherwise fail with its own message. */
+        sj_status st = cache_open_read_only(path, out);
+        if (st == SJ_OK && log) {
+            char msg[2400];
+            snprintf(msg, sizeof msg, "cache %s is not writable (%s); opened it read-only: its kernels and winners "
+                     "are used, nothing new is stored", path, why_ro);
+            log(log_user, msg);
+        }
+        return st;
+    }
+    cache_db *c;
+    sj_status st = new_handle(path, &c);
+    if (st != SJ_OK) return st;
+    st = cachei_make_parent_dirs(path);
     sqlite3 *db = NULL;
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     /* A corrupt file is moved aside once; if another process replaced the file while we looked
@@ -409,7 +586,7 @@ sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db *
                          "refusing to touch it: point SPARSEJIT_CACHE / --db at another file", path, why);
         } else if (kind == CACHE_FILE_OURS && version > CACHE_SCHEMA_VERSION) {
             st = newer_schema(path, version);
-        } else if (kind == CACHE_FILE_CORRUPT) {
+        } else if (kind == CACHE_FILE_CORRUPT || kind == CACHE_FILE_DRIFT) {
             sqlite3_close(db);
             db = NULL;
             if (attempt >= 2)
@@ -422,11 +599,9 @@ sj_status cache_open(const char *path, sj_log_fn log, void *log_user, cache_db *
     }
     if (st == SJ_OK) st = cachei_configure(db, path, 1);
     if (st == SJ_OK) st = cachei_migrate(db, path);
-    if (st == SJ_OK && pthread_mutex_init(&c->lock, NULL) != 0)
-        st = error_set(SJ_ERR_CACHE, "cache %s: cannot create its mutex", path);
     if (st != SJ_OK) {
         sqlite3_close(db);
-        free(c);
+        cache_close(c);
         return st;
     }
     c->db = db;

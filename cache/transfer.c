@@ -6,14 +6,18 @@
 #include "cache/cache_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/number.h"
 
 /* ---------------------------------------------------------------- export */
 
@@ -167,16 +171,93 @@ static int column_fits(sqlite3_stmt *s, int i, char *dst, size_t len)
     return 1;
 }
 
-static double column_real_or_nan(sqlite3_stmt *s, int i)
-{
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
+/* What an import takes at the most: a file beyond these is refused, not merged piecemeal. */
+#define IMPORT_MAX_KEYS 100000
+#define IMPORT_MAX_ROWS_PER_KEY 10000
+#define IMPORT_MAX_SECONDS 120
+/* The opt-in shared memory of the largest GPU sparsejit targets (sm_90: 227 KiB). */
+#define IMPORT_MAX_SHARED_BYTES 232448
 
 typedef struct import_src {
     sqlite3 *db;
     const char *path;
     sqlite3_stmt *keys, *kernels, *trials, *winner;
+    time_t deadline;
+    int other_device, invalid; /* refused keys for another device; refused keys and rows */
+    char why[512];             /* the first invalid one and why */
 } import_src;
+
+/* Counts an invalid key or row of the source and keeps the first reason. */
+static void refuse(import_src *src, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(import_src *src, const char *fmt, ...)
+{
+    if (src->invalid++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(src->why, sizeof src->why, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* Text fields are shown by `cache list`: printable ASCII only, so no escape sequence reaches a
+ * terminal. */
+static int printable(const char *t)
+{
+    for (; *t; t++)
+        if (*t < 0x20 || *t > 0x7e) return 0;
+    return 1;
+}
+
+static int column_text_ok(sqlite3_stmt *s, int i, char *dst, size_t len)
+{
+    return sqlite3_column_type(s, i) == SQLITE_TEXT && column_fits(s, i, dst, len) && printable(dst);
+}
+
+/* An INTEGER column in lo..hi (a text or real one is refused: SQLite would convert 'abc' to 0). */
+static int column_int_in(sqlite3_stmt *s, int i, long long lo, long long hi, long long *out)
+{
+    if (sqlite3_column_type(s, i) != SQLITE_INTEGER) return 0;
+    long long v = sqlite3_column_int64(s, i);
+    if (v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* A REAL (or INTEGER) column, finite and >= lo; NULL too when null_ok (stored as NaN). */
+static int column_real_ok(sqlite3_stmt *s, int i, double lo, int null_ok, double *out)
+{
+    int type = sqlite3_column_type(s, i);
+    if (type == SQLITE_NULL && null_ok) { *out = NAN; return 1; }
+    if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) return 0;
+    double v = sqlite3_column_double(s, i);
+    if (!isfinite(v) || v < lo) return 0;
+    *out = v;
+    return 1;
+}
+
+/* A config as sparsejit writes it: NAME=INTEGER pairs, names of letters, digits and '_', values
+ * that fit an int. The template checks its own parameters when the config is used. */
+static int config_ok(const char *c)
+{
+    if (!*c) return 0;
+    while (*c) {
+        size_t name = strspn(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+        if (name == 0 || name >= 16 || c[name] != '=') return 0;
+        const char *v = c + name + 1;
+        size_t len = strcspn(v, ",");
+        long long x;
+        if (number_parse(v, len, INT_MIN, INT_MAX, &x) != NUMBER_OK) return 0;
+        c = v + len + (v[len] == ',');
+        if (v[len] == ',' && !*c) return 0;
+    }
+    return 1;
+}
+
+/* Stops a statement of the source that runs past the import's deadline. */
+static int past_deadline(void *user)
+{
+    return time(NULL) > ((import_src *)user)->deadline;
+}
 
 static sj_status open_import_src(import_src *src, const char *path)
 {
@@ -185,12 +266,23 @@ static sj_status open_import_src(import_src *src, const char *path)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return error_set(SJ_ERR_IO, "cache import: cannot read %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) /* a FIFO or a device would block the open or never end */
+        return error_set(SJ_ERR_IO, "cache import: %s is not a regular file", path);
     cache_file_kind kind;
     int version;
     char why[320];
     sj_status st = cachei_open_conn(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, &src->db, &kind,
                                     &version, why, sizeof why);
     if (st != SJ_OK) return st;
+    /* The file is untrusted: its schema may name functions or views; take tables only (the
+     * schema check of cachei_open_conn refuses anything but our own tables) and run nothing
+     * of its. */
+    int off = 0, on = 1;
+    if (sqlite3_db_config(src->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, off, NULL) != SQLITE_OK ||
+        sqlite3_db_config(src->db, SQLITE_DBCONFIG_DEFENSIVE, on, NULL) != SQLITE_OK)
+        return cachei_fail(src->db, path, "import: set trusted_schema=OFF and defensive mode");
+    src->deadline = time(NULL) + IMPORT_MAX_SECONDS;
+    sqlite3_progress_handler(src->db, 10000, past_deadline, src);
     if (kind == CACHE_FILE_EMPTY)
         st = error_set(SJ_ERR_CACHE, "cache import: %s is empty, not a sparsejit cache export", path);
     else if (kind != CACHE_FILE_OURS)
@@ -225,52 +317,76 @@ static void close_import_src(import_src *src)
     sqlite3_close(src->db); /* read-only, statements finalized: nothing can be pending */
 }
 
-/* Reads the key at the keys cursor; returns 0 when a field does not fit a cache_key. */
+/* Reads the key at the keys cursor; returns 0 when a field is not what sparsejit writes. */
 static int read_src_key(sqlite3_stmt *s, cache_key *k)
 {
     memset(k, 0, sizeof *k);
-    k->sm_count = sqlite3_column_int(s, 3);
-    k->driver_version = sqlite3_column_int(s, 4);
-    k->nvrtc_version = sqlite3_column_int(s, 5);
-    k->m = sqlite3_column_int64(s, 11);
-    k->n = sqlite3_column_int64(s, 12);
-    k->k = sqlite3_column_int64(s, 13);
-    return column_fits(s, 1, k->gpu, sizeof k->gpu) && column_fits(s, 2, k->arch, sizeof k->arch) &&
-           column_fits(s, 6, k->template_name, sizeof k->template_name) &&
-           column_fits(s, 7, k->template_hash, sizeof k->template_hash) &&
-           column_fits(s, 8, k->op, sizeof k->op) && column_fits(s, 9, k->dtype, sizeof k->dtype) &&
-           column_fits(s, 10, k->out_dtype, sizeof k->out_dtype) &&
-           column_fits(s, 14, k->sparsity, sizeof k->sparsity);
+    long long sm, drv, nv, m, n, kk;
+    if (!column_int_in(s, 3, 0, 100000, &sm) || !column_int_in(s, 4, 0, INT_MAX, &drv) ||
+        !column_int_in(s, 5, 0, INT_MAX, &nv) || !column_int_in(s, 11, 1, (long long)1 << 30, &m) ||
+        !column_int_in(s, 12, 1, (long long)1 << 30, &n) || !column_int_in(s, 13, 1, (long long)1 << 30, &kk))
+        return 0;
+    k->sm_count = (int)sm;
+    k->driver_version = (int)drv;
+    k->nvrtc_version = (int)nv;
+    k->m = m;
+    k->n = n;
+    k->k = kk;
+    return column_text_ok(s, 1, k->gpu, sizeof k->gpu) && column_text_ok(s, 2, k->arch, sizeof k->arch) &&
+           column_text_ok(s, 6, k->template_name, sizeof k->template_name) &&
+           column_text_ok(s, 7, k->template_hash, sizeof k->template_hash) &&
+           column_text_ok(s, 8, k->op, sizeof k->op) && column_text_ok(s, 9, k->dtype, sizeof k->dtype) &&
+           column_text_ok(s, 10, k->out_dtype, sizeof k->out_dtype) &&
+           column_text_ok(s, 14, k->sparsity, sizeof k->sparsity);
 }
 
-/* Kernels of one source key; a row whose cubin fails its sha256 is not imported. */
+/* Kernels of one source key; a row with a field out of range or a cubin that fails its sha256 is
+ * refused. */
 static sj_status import_kernels(cache_db *c, import_src *src, sqlite3_int64 src_id, sqlite3_int64 key_id)
 {
     sqlite3_stmt *s = src->kernels;
     sj_status st = SJ_OK;
-    int rc = sqlite3_bind_int64(s, 1, src_id);
+    int rc = sqlite3_bind_int64(s, 1, src_id), rows = 0;
     while (st == SJ_OK && rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         rc = SQLITE_OK;
+        if (++rows > IMPORT_MAX_ROWS_PER_KEY) {
+            refuse(src, "key %lld has more than %d kernels", (long long)src_id, IMPORT_MAX_ROWS_PER_KEY);
+            break;
+        }
         cache_kernel k;
         memset(&k, 0, sizeof k);
         char stored[65], sha[65];
-        if (!column_fits(s, 0, k.config, sizeof k.config) || !column_fits(s, 1, k.entry, sizeof k.entry) ||
-            !column_fits(s, 10, stored, sizeof stored))
+        long long g[3], b[3], shared, created;
+        int ok = column_text_ok(s, 0, k.config, sizeof k.config) && config_ok(k.config) &&
+                 column_text_ok(s, 1, k.entry, sizeof k.entry) && column_text_ok(s, 10, stored, sizeof stored) &&
+                 column_int_in(s, 8, 0, IMPORT_MAX_SHARED_BYTES, &shared) && column_int_in(s, 12, 0, LLONG_MAX, &created) &&
+                 column_real_ok(s, 11, 0, 0, &k.compile_seconds) && sqlite3_column_type(s, 9) == SQLITE_BLOB;
+        for (int i = 0; i < 3 && ok; i++)
+            ok = column_int_in(s, 2 + i, 1, INT_MAX, &g[i]) && column_int_in(s, 5 + i, 1, 1024, &b[i]);
+        if (!ok) {
+            refuse(src, "a kernel of key %lld has a field out of range (config, entry, grid, block, shared memory, "
+                   "times)", (long long)src_id);
             continue;
-        for (int i = 0; i < 3; i++) {
-            k.grid[i] = (unsigned)sqlite3_column_int64(s, 2 + i);
-            k.block[i] = (unsigned)sqlite3_column_int64(s, 5 + i);
         }
-        k.shared_bytes = (unsigned)sqlite3_column_int64(s, 8);
+        for (int i = 0; i < 3; i++) {
+            k.grid[i] = (unsigned)g[i];
+            k.block[i] = (unsigned)b[i];
+        }
+        k.shared_bytes = (unsigned)shared;
         k.cubin = (void *)sqlite3_column_blob(s, 9);
         k.cubin_size = (size_t)sqlite3_column_bytes(s, 9);
-        k.compile_seconds = sqlite3_column_double(s, 11);
-        if (!k.cubin || k.cubin_size == 0) continue;
+        if (!k.cubin || k.cubin_size == 0) {
+            refuse(src, "a kernel of key %lld (config %s) has no cubin", (long long)src_id, k.config);
+            continue;
+        }
         if ((st = cachei_sha256_hex(k.cubin, k.cubin_size, sha)) != SJ_OK) break;
-        if (strcmp(sha, stored) != 0) continue;
-        st = cachei_put_kernel_row(c, key_id, &k, sha, sqlite3_column_int64(s, 12));
+        if (strcmp(sha, stored) != 0) {
+            refuse(src, "the cubin of key %lld, config %s fails its sha256", (long long)src_id, k.config);
+            continue;
+        }
+        st = cachei_put_kernel_row(c, key_id, &k, sha, created);
     }
-    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read kernels");
+    if (st == SJ_OK && rc != SQLITE_DONE && rc != SQLITE_OK) st = cachei_fail(src->db, src->path, "import: read kernels");
     sqlite3_reset(s); /* repeats the step's code, handled above */
     return st;
 }
@@ -279,23 +395,29 @@ static sj_status import_trials(cache_db *c, import_src *src, sqlite3_int64 src_i
 {
     sqlite3_stmt *s = src->trials;
     sj_status st = SJ_OK;
-    int rc = sqlite3_bind_int64(s, 1, src_id);
+    int rc = sqlite3_bind_int64(s, 1, src_id), rows = 0;
     while (st == SJ_OK && rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         rc = SQLITE_OK;
+        if (++rows > IMPORT_MAX_ROWS_PER_KEY) {
+            refuse(src, "key %lld has more than %d trials", (long long)src_id, IMPORT_MAX_ROWS_PER_KEY);
+            break;
+        }
         cache_trial t;
         char strategy[32];
+        long long created;
         memset(&t, 0, sizeof t);
-        if (!column_fits(s, 0, t.config, sizeof t.config) || !column_fits(s, 1, t.status, sizeof t.status) ||
-            !t.status[0] || !column_fits(s, 7, strategy, sizeof strategy))
+        if (!column_text_ok(s, 0, t.config, sizeof t.config) || !config_ok(t.config) ||
+            !column_text_ok(s, 1, t.status, sizeof t.status) || !t.status[0] ||
+            !column_text_ok(s, 7, strategy, sizeof strategy) || !column_real_ok(s, 2, 0, 1, &t.median_us) ||
+            !column_real_ok(s, 3, 0, 1, &t.p20_us) || !column_real_ok(s, 4, 0, 1, &t.p80_us) ||
+            !column_real_ok(s, 5, 0, 1, &t.tflops) || !column_real_ok(s, 6, 0, 1, &t.compile_seconds) ||
+            !column_int_in(s, 8, 0, LLONG_MAX, &created)) {
+            refuse(src, "a trial of key %lld has a field out of range (config, status, times, strategy)", (long long)src_id);
             continue;
-        t.median_us = column_real_or_nan(s, 2);
-        t.p20_us = column_real_or_nan(s, 3);
-        t.p80_us = column_real_or_nan(s, 4);
-        t.tflops = column_real_or_nan(s, 5);
-        t.compile_seconds = column_real_or_nan(s, 6);
-        st = cachei_put_trial_row(c, key_id, &t, strategy, sqlite3_column_int64(s, 8));
+        }
+        st = cachei_put_trial_row(c, key_id, &t, strategy, created);
     }
-    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read trials");
+    if (st == SJ_OK && rc != SQLITE_DONE && rc != SQLITE_OK) st = cachei_fail(src->db, src->path, "import: read trials");
     sqlite3_reset(s);
     return st;
 }
@@ -308,13 +430,18 @@ static sj_status import_winner(cache_db *c, import_src *src, sqlite3_int64 src_i
     if (rc == SQLITE_OK) rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
         cache_winner w;
+        long long tuned_at;
         memset(&w, 0, sizeof w);
-        w.median_us = sqlite3_column_double(s, 1);
-        w.tflops = sqlite3_column_double(s, 2);
-        w.tuned_at = sqlite3_column_int64(s, 4);
-        if (column_fits(s, 0, w.config, sizeof w.config) && column_fits(s, 3, w.strategy, sizeof w.strategy) &&
-            isfinite(w.median_us) && w.median_us >= 0)
+        /* a winner of 0 us would hold its key forever: no tune could beat it */
+        if (column_text_ok(s, 0, w.config, sizeof w.config) && config_ok(w.config) &&
+            column_real_ok(s, 1, 0, 0, &w.median_us) && w.median_us > 0 && column_real_ok(s, 2, 0, 0, &w.tflops) &&
+            column_text_ok(s, 3, w.strategy, sizeof w.strategy) && column_int_in(s, 4, 0, LLONG_MAX, &tuned_at)) {
+            w.tuned_at = tuned_at;
             st = cachei_put_winner_row(c, key_id, &w, 0);
+        } else {
+            refuse(src, "the winner of key %lld has a field out of range (config, median_us > 0, tflops, strategy, "
+                   "tuned_at)", (long long)src_id);
+        }
     } else if (rc != SQLITE_DONE) {
         st = cachei_fail(src->db, src->path, "import: read winner");
     }
@@ -323,19 +450,25 @@ static sj_status import_winner(cache_db *c, import_src *src, sqlite3_int64 src_i
 }
 
 static sj_status import_all(cache_db *c, import_src *src, const char *arch, int driver_version,
-                            int nvrtc_version, int *n_imported, int *n_refused)
+                            int nvrtc_version, int *n_imported)
 {
     sqlite3_stmt *s = src->keys;
     sj_status st = SJ_OK;
-    int rc = SQLITE_DONE;
+    int rc = SQLITE_DONE, keys = 0;
     while (st == SJ_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (++keys > IMPORT_MAX_KEYS) {
+            st = error_set(SJ_ERR_CACHE, "cache import: %s has more than %d keys; refusing it", src->path, IMPORT_MAX_KEYS);
+            break;
+        }
         cache_key key;
         sqlite3_int64 src_id = sqlite3_column_int64(s, 0), key_id;
-        /* a malformed key cannot be trusted to be exact: refused like a foreign one */
-        if (!read_src_key(s, &key) || cachei_check_key(&key, "cache_import") != SJ_OK ||
-            strcmp(key.arch, arch) != 0 || key.driver_version != driver_version ||
-            key.nvrtc_version != nvrtc_version) {
-            (*n_refused)++;
+        /* a malformed key cannot be trusted to be exact */
+        if (!read_src_key(s, &key) || cachei_check_key(&key, "cache_import") != SJ_OK) {
+            refuse(src, "key %lld has a field out of range or unprintable", (long long)src_id);
+            continue;
+        }
+        if (strcmp(key.arch, arch) != 0 || key.driver_version != driver_version || key.nvrtc_version != nvrtc_version) {
+            src->other_device++;
             continue;
         }
         st = cachei_key_id(c, &key, 1, &key_id);
@@ -344,17 +477,23 @@ static sj_status import_all(cache_db *c, import_src *src, const char *arch, int 
         if (st == SJ_OK) st = import_winner(c, src, src_id, key_id);
         if (st == SJ_OK) (*n_imported)++;
     }
-    if (st == SJ_OK && rc != SQLITE_DONE) st = cachei_fail(src->db, src->path, "import: read keys");
+    if (st == SJ_OK && rc == SQLITE_INTERRUPT)
+        st = error_set(SJ_ERR_CACHE, "cache import: reading %s took more than %d s; nothing imported", src->path,
+                       IMPORT_MAX_SECONDS);
+    else if (st == SJ_OK && rc != SQLITE_DONE)
+        st = cachei_fail(src->db, src->path, "import: read keys");
     sqlite3_reset(s);
     return st;
 }
 
 sj_status cache_import(cache_db *c, const char *src_path, const char *arch, int driver_version,
-                       int nvrtc_version, int *n_imported, int *n_refused)
+                       int nvrtc_version, int *n_imported, int *n_refused, int *n_invalid, char *why, size_t why_len)
 {
     const char *fn = "cache_import";
     if (n_imported) *n_imported = 0;
     if (n_refused) *n_refused = 0;
+    if (n_invalid) *n_invalid = 0;
+    if (why && why_len) why[0] = 0;
     if (!c) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: db is NULL", fn);
     if (!src_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is NULL", fn);
     if (!*src_path) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: src_path is \"\" (expected a file path)", fn);
@@ -366,12 +505,12 @@ sj_status cache_import(cache_db *c, const char *src_path, const char *arch, int 
                        "(the device's versions, e.g. 13000)", fn, driver_version, nvrtc_version);
     import_src src;
     sj_status st = open_import_src(&src, src_path);
-    int imported = 0, refused = 0;
+    int imported = 0;
     if (st == SJ_OK) {
         pthread_mutex_lock(&c->lock);
         st = cachei_begin(c->db, c->path, "import");
         if (st == SJ_OK) {
-            st = import_all(c, &src, arch, driver_version, nvrtc_version, &imported, &refused);
+            st = import_all(c, &src, arch, driver_version, nvrtc_version, &imported);
             st = st == SJ_OK ? cachei_commit(c->db, c->path, "import") : cachei_rollback(c->db, st);
         }
         pthread_mutex_unlock(&c->lock);
@@ -379,6 +518,8 @@ sj_status cache_import(cache_db *c, const char *src_path, const char *arch, int 
     close_import_src(&src);
     if (st != SJ_OK) return st;
     if (n_imported) *n_imported = imported;
-    if (n_refused) *n_refused = refused;
+    if (n_refused) *n_refused = src.other_device;
+    if (n_invalid) *n_invalid = src.invalid;
+    if (why && why_len) snprintf(why, why_len, "%s", src.why);
     return SJ_OK;
 }

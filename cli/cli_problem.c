@@ -1,8 +1,12 @@
 /* cli_problem.c: parsing of the shared problem options (see cli_problem.h). */
 #include "cli/cli_problem.h"
 
-#include <stdio.h>
+#include "core/number.h"
+#include "core/problem.h"
+
+#include <limits.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char options_help[] =
@@ -83,21 +87,41 @@ static int parse_op(const char *name, sj_problem *p)
     return 1;
 }
 
-static int parse_ints(const char *s, char sep, long long *v, int n)
+const cli_fields cli_shape_fields = { "MxNxK", "4096x4096x4096", 'x', 3,
+                                      { { "M", 1, PROBLEM_MAX_DIM }, { "N", 1, PROBLEM_MAX_DIM }, { "K", 1, PROBLEM_MAX_DIM } } };
+/* 0 is refused: the ops read a zero V or T as "unset" and fill in their defaults. The op's
+ * validation then names the values it supports. */
+const cli_fields cli_vnm_fields = { "V:N:M", "64:2:8", ':', 3, { { "V", 1, INT_MAX }, { "N", 1, INT_MAX }, { "M", 1, INT_MAX } } };
+const cli_fields cli_twell_fields = { "T:C", "128:16", ':', 2,
+                                      { { "T", 1, SJ_TWELL_MAX_TILE }, { "C", 1, SJ_TWELL_MAX_TILE } } };
+
+int cli_parse_fields(const char *opt, const char *val, const cli_fields *f, long long *v, char *why, size_t len)
 {
-    const char *p = s;
-    for (int i = 0; i < n; i++) {
-        char *end;
-        v[i] = strtoll(p, &end, 10);
-        if (end == p) return 0;
-        if (i < n - 1) {
-            if (*end != sep) return 0;
-            p = end + 1;
-        } else if (*end) {
+    const char *p = val;
+    for (int i = 0; i < f->n; i++) {
+        const char *end = i < f->n - 1 ? strchr(p, f->sep) : p + strlen(p);
+        if (!end || (i == f->n - 1 && strchr(p, f->sep))) {
+            snprintf(why, len, "%s '%s': expected %s, e.g. %s", opt, val, f->form, f->example);
             return 0;
         }
+        number_result r = number_parse(p, (size_t)(end - p), f->fields[i].lo, f->fields[i].hi, &v[i]);
+        if (r != NUMBER_OK) {
+            snprintf(why, len, "%s '%s': %s = '%.*s' is %s; expected an integer in %lld..%lld", opt, val, f->fields[i].name,
+                     (int)(end - p), p, number_problem(r), f->fields[i].lo, f->fields[i].hi);
+            return 0;
+        }
+        p = end + 1;
     }
     return 1;
+}
+
+/* Parses one separated option value, printing why not. */
+static int option_fields(const char *opt, const char *val, const cli_fields *f, long long *v)
+{
+    char why[512];
+    if (cli_parse_fields(opt, val, f, v, why, sizeof why)) return 1;
+    fprintf(stderr, "sparsejit: %s\n", why);
+    return 0;
 }
 
 int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
@@ -116,10 +140,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
     if (!strcmp(opt, "--op")) {
         if (!parse_op(val, p)) return -1;
     } else if (!strcmp(opt, "--shape")) {
-        if (!parse_ints(val, 'x', v, 3)) {
-            fprintf(stderr, "sparsejit: --shape '%s': expected MxNxK, e.g. 4096x4096x4096\n", val);
-            return -1;
-        }
+        if (!option_fields(opt, val, &cli_shape_fields, v)) return -1;
         p->m = v[0];
         p->n = v[1];
         p->k = v[2];
@@ -133,18 +154,12 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
             out_set = 1;
         }
     } else if (!strcmp(opt, "--vnm")) {
-        if (!parse_ints(val, ':', v, 3)) {
-            fprintf(stderr, "sparsejit: --vnm '%s': expected V:N:M, e.g. 64:2:8\n", val);
-            return -1;
-        }
+        if (!option_fields(opt, val, &cli_vnm_fields, v)) return -1;
         p->vnm_v = (int)v[0];
         p->vnm_n = (int)v[1];
         p->vnm_m = (int)v[2];
     } else if (!strcmp(opt, "--twell")) {
-        if (!parse_ints(val, ':', v, 2)) {
-            fprintf(stderr, "sparsejit: --twell '%s': expected T:C, e.g. 128:16\n", val);
-            return -1;
-        }
+        if (!option_fields(opt, val, &cli_twell_fields, v)) return -1;
         p->twell_tile = (int)v[0];
         p->twell_capacity = (int)v[1];
     } else if (!strcmp(opt, "--sparsity")) {
@@ -164,10 +179,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         }
         p->twell_skew = a;
     } else {
-        if (!parse_ints(val, 0, v, 1)) {
-            fprintf(stderr, "sparsejit: --d-ff '%s': expected an integer\n", val);
-            return -1;
-        }
+        if (!cli_parse_int(NULL, opt, val, 1, PROBLEM_MAX_DIM, &v[0])) return -1;
         p->d_ff = v[0];
     }
     return 1;
@@ -178,10 +190,11 @@ bad:
 
 int cli_parse_int(const char *cmd, const char *opt, const char *val, long long lo, long long hi, long long *out)
 {
-    char *end;
-    long long v = strtoll(val, &end, 10);
-    if (end == val || *end || v < lo || v > hi) {
-        fprintf(stderr, "sparsejit %s: %s '%s': expected an integer in %lld..%lld\n", cmd, opt, val, lo, hi);
+    long long v;
+    number_result r = number_parse(val, strlen(val), lo, hi, &v);
+    if (r != NUMBER_OK) {
+        fprintf(stderr, "sparsejit%s%s: %s '%s' is %s; expected an integer in %lld..%lld\n", cmd ? " " : "", cmd ? cmd : "",
+                opt, val, number_problem(r), lo, hi);
         return 0;
     }
     *out = v;

@@ -132,17 +132,21 @@ int cmd_bench(int argc, char **argv)
     }
     int rc = 1;
     bench_result r;
-    if (config && sj_set_config(ctx, &p, config) != SJ_OK) goto fail;
-    if (bench_run(ctx, name, &p, &bo, &r) != SJ_OK) goto fail;
+    sj_status st;
+    if (config && (st = sj_set_config(ctx, &p, config)) != SJ_OK) goto fail;
+    if ((st = bench_run(ctx, name, &p, &bo, &r)) != SJ_OK) goto fail;
     if (bo.cublas && r.cublas_error[0]) {
-        error_set(SJ_ERR_UNSUPPORTED, "%s timed at %.2f us, but its baseline failed: %s", name, r.run.median_us,
+        st = error_set(SJ_ERR_UNSUPPORTED, "%s timed at %.2f us, but its baseline failed: %s", name, r.run.median_us,
                   r.cublas_error);
         goto fail;
     }
     print_row(ctx, name, &p, b, &bo, &r, csv, csv_header, json);
     rc = 0;
 fail:
-    if (rc) fprintf(stderr, "sparsejit bench: %s\n", sj_last_error());
+    if (rc) {
+        fprintf(stderr, "sparsejit bench: %s\n", sj_last_error());
+        rc = cli_exit_code(st);
+    }
     sj_context_destroy(ctx);
     return rc;
 }

@@ -2,6 +2,8 @@
  * SQLite kernel cache (cache/cache.h). Opens the default cache (cache_default_path) or --db. */
 #include "cli/commands.h"
 #include "cli/cli_context.h"
+#include "cli/cli_problem.h"
+#include "core/number.h"
 
 #include <errno.h>
 #include <math.h>
@@ -73,26 +75,6 @@ static int fail(void)
     return 1;
 }
 
-static int parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < 1) return 0;
-    *out = v;
-    return 1;
-}
-
-static int parse_shape(const char *s, int64_t *m, int64_t *n, int64_t *k)
-{
-    char buf[96];
-    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf) return 0;
-    char *x1 = strchr(buf, 'x'), *x2 = x1 ? strchr(x1 + 1, 'x') : NULL;
-    if (!x1 || !x2) return 0;
-    *x1 = *x2 = 0;
-    return parse_i64(buf, m) && parse_i64(x1 + 1, n) && parse_i64(x2 + 1, k);
-}
-
 /* Options take a value either as "--opt VALUE" or "--opt=VALUE". */
 static int parse_args(int argc, char **argv, cache_opts *o, int *help)
 {
@@ -142,8 +124,14 @@ static int parse_args(int argc, char **argv, cache_opts *o, int *help)
         if (v && valued[j].group && !(valued[j].group & allowed))
             return bad_usage("option %s does not apply to this command", valued[j].name);
     }
-    if (o->shape && !parse_shape(o->shape, &o->m, &o->n, &o->k))
-        return bad_usage("--shape '%s' is not MxNxK with positive sizes (e.g. 4096x4096x4096)", o->shape);
+    long long v[3];
+    char why[512];
+    if (o->shape) {
+        if (!cli_parse_fields("--shape", o->shape, &cli_shape_fields, v, why, sizeof why)) return bad_usage("%s", why);
+        o->m = v[0];
+        o->n = v[1];
+        o->k = v[2];
+    }
     return 0;
 }
 
@@ -424,9 +412,9 @@ static int cmd_export(cache_db *db, const cache_opts *o)
 
 static int parse_version(const char *flag, const char *s, int *out)
 {
-    int64_t v;
-    if (!parse_i64(s, &v) || v > 1000000) {
-        bad_usage("%s needs a version number such as 13000 (major*1000 + minor*10)", flag);
+    long long v;
+    if (number_parse(s, strlen(s), 1, 1000000, &v) != NUMBER_OK) {
+        bad_usage("%s needs a version number in 1..1000000 such as 13000 (major*1000 + minor*10)", flag);
         return 0;
     }
     *out = (int)v;
@@ -463,13 +451,18 @@ static int cmd_import(cache_db *db, const cache_opts *o)
         if (!o->driver) driver = info.driver_version;
         if (!o->nvrtc) nvrtc = info.nvrtc_version;
     }
-    int imported = 0, refused = 0;
-    if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused) != SJ_OK) return fail();
+    int imported = 0, refused = 0, invalid = 0;
+    char why[512];
+    if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused, &invalid, why, sizeof why) != SJ_OK)
+        return fail();
     printf("imported %d key%s from %s", imported, imported == 1 ? "" : "s", o->args[1]);
     if (refused)
         printf("; refused %d key%s for another arch, driver or NVRTC than %s / driver %d / NVRTC %d",
                refused, refused == 1 ? "" : "s", arch, driver, nvrtc);
     printf("\n");
+    if (invalid)
+        fprintf(stderr, "sparsejit cache: refused %d invalid key%s or row%s of %s (first: %s)\n", invalid,
+                invalid == 1 ? "" : "s", invalid == 1 ? "" : "s", o->args[1], why);
     return 0;
 }
 

@@ -46,10 +46,11 @@ int cmd_gen(int argc, char **argv)
     }
     sj_generated *g;
     int rc = 0;
-    if (sj_generate(ctx, &p, config, &g) != SJ_OK) {
+    sj_status st = sj_generate(ctx, &p, config, &g);
+    if (st != SJ_OK) {
         fprintf(stderr, "sparsejit gen: %s\n", sj_last_error());
         sj_context_destroy(ctx);
-        return 1;
+        return cli_exit_code(st);
     }
     char desc[256];
     sj_problem_describe(&p, desc, sizeof desc);

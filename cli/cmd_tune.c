@@ -264,7 +264,7 @@ int cmd_tune(int argc, char **argv)
     if (st != SJ_OK) {
         fprintf(stderr, "sparsejit tune: %s\n", sj_last_error());
         sj_context_destroy(ctx);
-        return 1;
+        return cli_exit_code(st);
     }
     sj_device_info d;
     sj_get_device_info(ctx, &d);

@@ -3,6 +3,7 @@
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
  * carrying the sparsejit message. One context per Lua state, created on first use. */
 #include "core/op.h"
+#include "core/problem.h"
 #include "tuner/bench.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
@@ -75,14 +76,17 @@ static const char *opt_string(lua_State *L, int t, const char *key, const char *
     return s;
 }
 
-static lua_Integer opt_integer(lua_State *L, int t, const char *key, lua_Integer dflt)
+/* An integer field in lo..hi, dflt when absent: checked here, before any caller narrows it to an
+ * int, so 2^32 + 1 trials is refused rather than taken as 1. */
+static lua_Integer opt_integer(lua_State *L, int t, const char *key, lua_Integer dflt, lua_Integer lo, lua_Integer hi)
 {
     lua_getfield(L, t, key);
     lua_Integer v = dflt;
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tointegerx(L, -1, &ok);
-        if (!ok) luaL_error(L, "field '%s' must be an integer", key);
+        if (!ok) luaL_error(L, "field '%s' must be an integer in %I..%I", key, lo, hi);
+        if (v < lo || v > hi) luaL_error(L, "field '%s' = %I is out of range; expected an integer in %I..%I", key, v, lo, hi);
     }
     lua_pop(L, 1);
     return v;
@@ -109,17 +113,11 @@ static int opt_boolean(lua_State *L, int t, const char *key, int dflt)
     return v;
 }
 
-/* "a:b[:c]" -> integers; 0 when malformed. */
-static int parse_colon(const char *s, int *v, int n)
+/* A "V:N:M" or "T:C" field through the CLI's parser (same ranges, same words), as the fn's error. */
+static void read_fields(lua_State *L, const char *fn, const char *key, const char *val, const cli_fields *f, long long *v)
 {
-    for (int i = 0; i < n; i++) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || (i < n - 1 ? *end != ':' : *end != 0)) return 0;
-        v[i] = (int)x;
-        s = end + 1;
-    }
-    return 1;
+    char why[512];
+    if (!cli_parse_fields(key, val, f, v, why, sizeof why)) luaL_error(L, "sparsejit.%s: %s", fn, why);
 }
 
 /* The problem fields of table t: op, dtype, out_dtype, shape = {m, n, k} (or m, n, k),
@@ -155,28 +153,28 @@ static const op_bench *read_problem(lua_State *L, int t, const char *fn, int ben
     } else if (!lua_isnil(L, -1)) {
         luaL_error(L, "sparsejit.%s: shape must be a table {m, n, k}", fn);
     } else {
-        m = opt_integer(L, t, "m", 0);
-        n = opt_integer(L, t, "n", 0);
-        k = opt_integer(L, t, "k", 0);
+        m = opt_integer(L, t, "m", 0, 1, PROBLEM_MAX_DIM);
+        n = opt_integer(L, t, "n", 0, 1, PROBLEM_MAX_DIM);
+        k = opt_integer(L, t, "k", 0, 1, PROBLEM_MAX_DIM);
     }
     lua_pop(L, 1);
     sj_problem_init(p, op, dt, m, n, k);
     p->out_dtype = out;
     const char *vnm = opt_string(L, t, "vnm", NULL);
-    int v[3];
+    long long v[3];
     if (vnm) {
-        if (!parse_colon(vnm, v, 3)) luaL_error(L, "sparsejit.%s: vnm '%s': expected \"V:N:M\", e.g. \"64:2:8\"", fn, vnm);
-        p->vnm_v = v[0];
-        p->vnm_n = v[1];
-        p->vnm_m = v[2];
+        read_fields(L, fn, "vnm", vnm, &cli_vnm_fields, v);
+        p->vnm_v = (int)v[0];
+        p->vnm_n = (int)v[1];
+        p->vnm_m = (int)v[2];
     }
     const char *tw = opt_string(L, t, "twell", NULL);
     if (tw) {
-        if (!parse_colon(tw, v, 2)) luaL_error(L, "sparsejit.%s: twell '%s': expected \"T:C\", e.g. \"128:16\"", fn, tw);
-        p->twell_tile = v[0];
-        p->twell_capacity = v[1];
+        read_fields(L, fn, "twell", tw, &cli_twell_fields, v);
+        p->twell_tile = (int)v[0];
+        p->twell_capacity = (int)v[1];
     }
-    p->d_ff = opt_integer(L, t, "d_ff", 0);
+    p->d_ff = opt_integer(L, t, "d_ff", 0, 1, PROBLEM_MAX_DIM);
     const op_desc *d = op_find(op);
     if (d->reads & OP_READS_TWELL) {
         p->twell_sparsity = opt_number(L, t, "sparsity", TWELL_DEFAULT_SPARSITY);
@@ -349,12 +347,12 @@ static int l_tune(lua_State *L)
     sj_tune_options o;
     sj_tune_options_init(&o);
     if (sj_tune_strategy_parse(opt_string(L, 1, "strategy", "random"), &o.strategy) != SJ_OK) return raise(L, "tune");
-    o.budget_trials = (int)opt_integer(L, 1, "budget_trials", 0);
+    o.budget_trials = (int)opt_integer(L, 1, "budget_trials", 0, 0, 1000000);
     o.budget_seconds = opt_number(L, 1, "budget_seconds", 0);
-    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed);
+    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed, 0, INT64_MAX);
     o.warmup_ms = opt_number(L, 1, "warmup_ms", o.warmup_ms);
     o.rep_ms = opt_number(L, 1, "rep_ms", o.rep_ms);
-    o.threads = (int)opt_integer(L, 1, "threads", 0);
+    o.threads = (int)opt_integer(L, 1, "threads", 0, 0, 64);
     o.save = opt_boolean(L, 1, "save", 1);
     sj_context *ctx = context(L, "tune");
     lua_progress lp = { L, LUA_NOREF, 0 };
@@ -394,8 +392,8 @@ static int l_bench(lua_State *L)
     t.warmup_ms = opt_number(L, 1, "warmup_ms", t.warmup_ms);
     t.rep_ms = opt_number(L, 1, "rep_ms", t.rep_ms);
     measure_options_from_tune(&t, &o.measure);
-    o.rounds = (int)opt_integer(L, 1, "rounds", 1); /* bench_run names a bad one */
-    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed);
+    o.rounds = (int)opt_integer(L, 1, "rounds", 1, 1, 100);
+    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed, 0, INT64_MAX);
     o.cublas = opt_boolean(L, 1, "cublas", 1);
     const char *config = opt_string(L, 1, "config", NULL);
     sj_context *ctx = context(L, "bench");
@@ -434,11 +432,11 @@ static int l_vnm_layout(lua_State *L)
     sj_dtype dt;
     if (sj_dtype_parse(opt_string(L, 1, "dtype", "f16"), &dt) != SJ_OK) return raise(L, "vnm_layout");
     const char *spec = opt_string(L, 1, "vnm", "64:2:8");
-    int v[3];
-    if (!parse_colon(spec, v, 3)) return luaL_error(L, "sparsejit.vnm_layout: vnm '%s': expected \"V:N:M\"", spec);
-    int64_t rows = opt_integer(L, 1, "rows", 0), cols = opt_integer(L, 1, "cols", 0);
+    long long v[3];
+    read_fields(L, "vnm_layout", "vnm", spec, &cli_vnm_fields, v);
+    int64_t rows = opt_integer(L, 1, "rows", 0, 1, PROBLEM_MAX_DIM), cols = opt_integer(L, 1, "cols", 0, 1, PROBLEM_MAX_DIM);
     sj_vnm_layout l;
-    if (sj_vnm_layout_init(&l, dt, v[0], v[1], v[2], rows, cols) != SJ_OK) return raise(L, "vnm_layout");
+    if (sj_vnm_layout_init(&l, dt, (int)v[0], (int)v[1], (int)v[2], rows, cols) != SJ_OK) return raise(L, "vnm_layout");
     size_t compressed = l.values_bytes + l.meta_bytes + l.index_bytes, dense = (size_t)(rows * cols) * sj_dtype_size(dt);
     lua_newtable(L);
     set_integer(L, "v", l.v);

@@ -4,6 +4,7 @@
 #include "generator/generator.h"
 #include "generator/lua_sandbox.h"
 #include "core/error.h"
+#include "core/number.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -242,11 +243,11 @@ sj_status gen_config_parse(const char *text, gen_config *out)
         const char *end = p + strcspn(p, ",");
         if (!eq || eq > end || !name_ok(p, (size_t)(eq - p)))
             return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': expected NAME=INTEGER pairs separated by commas", text);
-        char *num_end;
-        long v = strtol(eq + 1, &num_end, 10);
-        if (num_end == eq + 1 || num_end != end)
-            return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': value of '%.*s' is not an integer", text,
-                           (int)(eq - p), p);
+        long long v;
+        number_result r = number_parse(eq + 1, (size_t)(end - eq - 1), INT_MIN, INT_MAX, &v);
+        if (r != NUMBER_OK) /* the text as given: a narrowed value would name another number */
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': %.*s = '%.*s' is %s; expected an integer in %d..%d",
+                             text, (int)(eq - p), p, (int)(end - eq - 1), eq + 1, number_problem(r), INT_MIN, INT_MAX);
         for (int i = 0; i < out->n; i++)
             if ((size_t)(eq - p) == strlen(out->names[i]) && !strncmp(out->names[i], p, (size_t)(eq - p)))
                 return error_set(SJ_ERR_INVALID_ARGUMENT, "config '%s': '%s' given twice", text, out->names[i]);

@@ -89,7 +89,12 @@ typedef void (*sj_log_fn)(void *user, const char *message);
 
 typedef struct sj_context_options {
     const char *cache_path;    /* NULL: $SPARSEJIT_CACHE, else $XDG_CACHE_HOME/sparsejit/kernels.db,
-                                  else ~/.cache/sparsejit/kernels.db; "" disables the cache */
+                                  else ~/.cache/sparsejit/kernels.db; "" disables the cache (and
+                                  the shared ones). A file this process cannot write is used
+                                  read-only; one that cannot be opened at all leaves the context
+                                  without a cache. Either is said once through log, and neither
+                                  fails sj_context_create. $SPARSEJIT_CACHE_RO lists shared
+                                  read-only caches (paths separated by ':') looked up after it. */
     const char *template_dir;  /* NULL: $SPARSEJIT_TEMPLATE_DIR, else the templates built in */
     const char *arch;          /* NULL: the device's arch; else e.g. "sm_80", "sm_90a" (compile only) */
     int device_ordinal;        /* which GPU (default 0) */
@@ -169,7 +174,7 @@ typedef struct sj_problem {
     sj_dtype out_dtype; /* output dtype (f16, bf16 or f32) */
     int64_t m, n, k;    /* C is m x n, reduction over k */
     int vnm_v, vnm_n, vnm_m;        /* V:N:M for the vnm-* ops */
-    int twell_tile, twell_capacity; /* TwELL tile width T and per-tile capacity C */
+    int twell_tile, twell_capacity; /* TwELL tile width T (1..SJ_TWELL_MAX_TILE) and per-tile capacity C (1..T) */
     int64_t d_ff;                   /* FFN inner size for SJ_OP_TWELL_FFN */
     double twell_sparsity;          /* TwELL ops: the fraction of zeros the activations are expected
                                        to have, in [0, 1); 0: unspecified (tuning then generates
@@ -187,6 +192,8 @@ typedef struct sj_problem {
 } sj_problem;
 
 #define SJ_TWELL_MAX_SKEW 4.0
+/* The widest TwELL tile: a column within a tile must fit an entry's 16 index bits. */
+#define SJ_TWELL_MAX_TILE 65536
 
 SJ_API void sj_problem_init(sj_problem *p, sj_op op, sj_dtype dtype, int64_t m, int64_t n, int64_t k);
 SJ_API sj_status sj_problem_validate(const sj_problem *p);
@@ -240,7 +247,9 @@ typedef struct sj_kernel_info {
 
 SJ_API sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out);
 
-/* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. */
+/* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. A
+ * config that is not NAME=INTEGER pairs, names a parameter the op's template does not have, or
+ * that the template finds invalid for the problem is refused with SJ_ERR_INVALID_ARGUMENT. */
 SJ_API sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config);
 
 /* ---------------------------------------------------------------- dense GEMM */

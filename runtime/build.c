@@ -49,8 +49,9 @@ sj_status rt_build(sj_context *ctx, const sj_problem *p, const cache_key *key, c
     rt_count_compile(ctx, out->compile_seconds);
     sj_generated_free(g);
     if (st != SJ_OK) return error_prefix(st, "compiling %s config %s", key->template_name, out->config);
-    /* The kernel is good; a cache that cannot store it only costs a later compile. */
-    if (ctx->cache && cache_put_kernel(ctx->cache, key, out) != SJ_OK)
+    /* The kernel is good; a cache that cannot store it only costs a later compile. A read-only
+     * one said so when it was opened. */
+    if (ctx->cache && !cache_read_only(ctx->cache) && cache_put_kernel(ctx->cache, key, out) != SJ_OK)
         rt_log(ctx, "could not store kernel %s in %s: %s", key->template_name, ctx->cache_path, sj_last_error());
     return SJ_OK;
 }

@@ -78,6 +78,37 @@ static sj_status open_gpu(sj_context *ctx)
     return SJ_OK;
 }
 
+/* Opens the context's cache and the shared read-only ones of $SPARSEJIT_CACHE_RO (paths
+ * separated by ':'). A cache is an optimization: one that cannot be opened (unwritable $HOME, a
+ * newer schema, another application's file) leaves the context without it, said once through
+ * the log, and never fails the context. */
+static void open_caches(sj_context *ctx)
+{
+    if (cache_open(ctx->cache_path, ctx->opts.log, ctx->opts.log_user, &ctx->cache) != SJ_OK) {
+        rt_log(ctx, "running without a kernel cache: %s (set SPARSEJIT_CACHE or opts.cache_path to another file; "
+               "\"\" disables it)", sj_last_error());
+        ctx->cache = NULL;
+        ctx->cache_path[0] = 0; /* sj_device_info.cache_path: "" when there is none */
+    }
+    const char *list = getenv("SPARSEJIT_CACHE_RO");
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, ":");
+        char path[1024];
+        if (n == 0 || n >= sizeof path) {
+            if (n) rt_log(ctx, "SPARSEJIT_CACHE_RO: a path of %zu bytes is too long; skipped it", n);
+        } else if (ctx->n_shared == RT_MAX_SHARED_CACHES) {
+            rt_log(ctx, "SPARSEJIT_CACHE_RO: more than %d shared caches; used the first %d", RT_MAX_SHARED_CACHES,
+                   RT_MAX_SHARED_CACHES);
+            break;
+        } else {
+            snprintf(path, sizeof path, "%.*s", (int)n, p);
+            if (cache_open_read_only(path, &ctx->shared[ctx->n_shared]) == SJ_OK) ctx->n_shared++;
+            else rt_log(ctx, "SPARSEJIT_CACHE_RO: skipped a shared cache: %s", sj_last_error());
+        }
+        p += n + (p[n] == ':');
+    }
+}
+
 sj_status rt_context_create(const sj_context_options *opts, sj_context **out)
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_context_create: out is NULL");
@@ -138,14 +169,7 @@ sj_status rt_context_create(const sj_context_options *opts, sj_context **out)
     } else {
         snprintf(ctx->cache_path, sizeof ctx->cache_path, "%s", cache);
     }
-    if (ctx->cache_path[0]) {
-        st = cache_open(ctx->cache_path, ctx->opts.log, ctx->opts.log_user, &ctx->cache);
-        if (st != SJ_OK) {
-            error_prefix(st, "opening the kernel cache %s (set SPARSEJIT_CACHE or opts.cache_path; \"\" disables it)",
-                            ctx->cache_path);
-            goto fail;
-        }
-    }
+    if (ctx->cache_path[0]) open_caches(ctx);
     snprintf(ctx->info.cache_path, sizeof ctx->info.cache_path, "%s", ctx->cache_path);
     error_clear();
     *out = ctx;
@@ -171,6 +195,7 @@ sj_status sj_context_destroy(sj_context *ctx)
     kernel_table_free(&ctx->table);
     free(ctx->forced);
     cache_close(ctx->cache);
+    for (int i = 0; i < ctx->n_shared; i++) cache_close(ctx->shared[i]);
     gen_close(ctx->gen);
     if (ctx->cu_ctx) cu.cuDevicePrimaryCtxRelease(ctx->device);
     free(ctx);
@@ -345,6 +370,18 @@ sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *
     op_normalize(problem, &norm);
     if (config && strlen(config) >= sizeof ctx->forced[0].config)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "config is longer than %zu characters", sizeof ctx->forced[0].config - 1);
+    if (config && config[0]) { /* refused now, by the template, rather than at the next op call */
+        const char *tname;
+        gen_state *g;
+        int valid = 0;
+        char reason[512];
+        if ((st = op_template(problem->op, &tname)) != SJ_OK || (st = rt_generator(ctx, &g)) != SJ_OK ||
+            (st = gen_config_valid(g, tname, problem, config, &valid, reason, sizeof reason)) != SJ_OK)
+            return error_prefix(st, "sj_set_config");
+        if (!valid)
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: config '%s' is not valid for this problem: %s", config,
+                             reason);
+    }
     for (int i = 0; i < ctx->n_forced; i++)
         if (!memcmp(&ctx->forced[i].problem, &norm, sizeof norm)) {
             if (config && config[0]) {

@@ -69,6 +69,28 @@ static sj_status load_cubin(sj_context *ctx, const sj_problem *p, const cache_ke
     return SJ_OK;
 }
 
+sj_status rt_cached_kernel(sj_context *ctx, const cache_key *key, const char *config, cache_kernel *out,
+                               const char **from)
+{
+    sj_status st = SJ_ERR_NOT_FOUND;
+    for (int i = -1; i < ctx->n_shared && st == SJ_ERR_NOT_FOUND; i++) {
+        cache_db *db = i < 0 ? ctx->cache : ctx->shared[i];
+        if (db) st = cache_get_kernel(db, key, config, out);
+        *from = i < 0 ? ctx->cache_path : "a shared cache";
+    }
+    return st;
+}
+
+sj_status rt_cached_winner(sj_context *ctx, const cache_key *key, cache_winner *out)
+{
+    sj_status st = SJ_ERR_NOT_FOUND;
+    for (int i = -1; i < ctx->n_shared && st == SJ_ERR_NOT_FOUND; i++) {
+        cache_db *db = i < 0 ? ctx->cache : ctx->shared[i];
+        if (db) st = cache_get_winner(db, key, out);
+    }
+    return st;
+}
+
 sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *tname, const char *config,
                                 const loaded_kernel **out)
 {
@@ -92,13 +114,13 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
         cache_kernel ck;
         memset(&ck, 0, sizeof ck);
         sj_kernel_source source = SJ_FROM_CACHE;
-        st = ctx->cache ? cache_get_kernel(ctx->cache, &key, canon, &ck) : SJ_ERR_NOT_FOUND;
+        const char *from = ctx->cache_path;
+        st = rt_cached_kernel(ctx, &key, canon, &ck, &from);
         if (st == SJ_OK) {
             ctx->stats.cache_hits++;
         } else {
-            if (st != SJ_ERR_NOT_FOUND)
-                rt_log(ctx, "cache lookup in %s failed, rebuilding: %s", ctx->cache_path, sj_last_error());
-            if (ctx->cache) ctx->stats.cache_misses++;
+            if (st != SJ_ERR_NOT_FOUND) rt_log(ctx, "cache lookup in %s failed, rebuilding: %s", from, sj_last_error());
+            if (ctx->cache || ctx->n_shared) ctx->stats.cache_misses++;
             source = SJ_FROM_COMPILE;
             if ((st = rt_build(ctx, p, &key, canon, &ck)) != SJ_OK) return st;
         }
@@ -154,11 +176,11 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     if (st != SJ_OK) return st;
     char config[256] = "";
     sj_config_origin origin = SJ_CONFIG_DEFAULT;
-    if (ctx->opts.tune_policy != SJ_TUNE_PINNED && ctx->cache) {
+    if (ctx->opts.tune_policy != SJ_TUNE_PINNED && (ctx->cache || ctx->n_shared)) {
         cache_key key;
         cache_winner w;
         if ((st = rt_cache_key(ctx, p, NULL, &key)) != SJ_OK) return st;
-        st = cache_get_winner(ctx->cache, &key, &w);
+        st = rt_cached_winner(ctx, &key, &w);
         if (st == SJ_OK) {
             snprintf(config, sizeof config, "%s", w.config);
             origin = SJ_CONFIG_TUNED;

@@ -9,6 +9,9 @@
 #include "cache/cache.h"
 #include "generator/generator.h"
 
+/* How many read-only shared caches $SPARSEJIT_CACHE_RO may list. */
+#define RT_MAX_SHARED_CACHES 8
+
 struct sj_context {
     sj_context_options opts;
     char arch[16];
@@ -20,7 +23,9 @@ struct sj_context {
     CUcontext cu_ctx;          /* the device's primary context (shared with cuBLAS/PyTorch) */
     sj_device_info info;
     gen_state *gen;            /* opened on first need */
-    cache_db *cache;           /* NULL when disabled */
+    cache_db *cache;           /* NULL when disabled or when it could not be opened */
+    cache_db *shared[RT_MAX_SHARED_CACHES]; /* $SPARSEJIT_CACHE_RO, read-only, looked up after cache */
+    int n_shared;
     kernel_table table;
     loaded_kernel **kernels;   /* every loaded kernel, owned here; the table points into it */
     int n_kernels, cap_kernels;
@@ -51,6 +56,12 @@ sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *
 
 sj_status rt_require_gpu(sj_context *ctx, const char *what);
 sj_status rt_generator(sj_context *ctx, gen_state **out);
+/* Lookups in the context's own cache first, then the shared read-only ones in
+ * $SPARSEJIT_CACHE_RO's order: a kernel or winner of this user's overrides a shared one.
+ * SJ_ERR_NOT_FOUND when none has it; *from names the cache that failed otherwise. */
+sj_status rt_cached_kernel(sj_context *ctx, const cache_key *key, const char *config, cache_kernel *out,
+                           const char **from);
+sj_status rt_cached_winner(sj_context *ctx, const cache_key *key, cache_winner *out);
 /* Fills the cache key of problem for the context's device and template tname (NULL: the op's). */
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, const char *tname, cache_key *key);
 

@@ -14,7 +14,31 @@ done
 "$cli" info --json | grep -q '"nvrtc_version":' || fail "info --json"
 "$cli" gen --op gemm --shape 256x128x64 --dtype bf16 --out f32 | grep -q "mma.sync" || fail "gen gemm"
 out=$("$cli" gen --op gemm --shape 0x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "problem.m = 0" || fail "gen with m=0 must exit 2 naming m (got $rc: $out)"
+[ $rc -eq 2 ] && echo "$out" | grep -q "shape '0x1x1': M = '0' is out of range; expected an integer in 1..1073741824" ||
+  fail "gen with m=0 must exit 2 naming m (got $rc: $out)"
+# strict numbers: no value is truncated, wrapped or replaced by a default; one exit code (2), the
+# argument and its range named, the text as given (never an overflowed value)
+check2() { # expected-text command...
+  want=$1; shift
+  out=$("$cli" "$@" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" || fail "$* must exit 2 saying '$want' (got $rc: $out)"
+}
+v="gen --op vnm-spmm --shape 256x256x256 --vnm"
+check2 "--vnm '0:0:0': V = '0' is out of range; expected an integer in 1..2147483647" $v 0:0:0
+check2 "--vnm '0:2:8': V = '0' is out of range" $v 0:2:8
+check2 "--vnm '4294967360:2:8': V = '4294967360' is out of range" $v 4294967360:2:8
+check2 "--vnm '64:0:8': N = '0' is out of range" $v 64:0:8
+check2 "problem.vnm_v = 48: V must be 16, 32, 64 or 128" $v 48:2:8
+t="gen --op twell-gate --shape 256x1024x512 --twell"
+check2 "--twell '0:5': T = '0' is out of range; expected an integer in 1..65536" $t 0:5
+check2 "--twell '1048576:5': T = '1048576' is out of range" $t 1048576:5
+check2 "--twell '128:0': C = '0' is out of range" $t 128:0
+check2 "--d-ff '99999999999999999999' is out of range; expected an integer in 1..1073741824" gen --op twell-ffn --shape 64x256x256 --d-ff 99999999999999999999
+check2 "BM = '4294967360' is out of range; expected an integer in -2147483648..2147483647" gen --op gemm --shape 64x64x64 --config BM=4294967360
+check2 "STAGES = '3888888888888888888' is out of range" gen --op gemm --shape 64x64x64 --config STAGES=3888888888888888888
+check2 "is not valid for this problem" gen --op gemm --shape 64x64x64 --config STAGES=99
+check2 "--rounds '5x' is not an integer; expected an integer in 1..100" bench --op gemm --shape 64x64x64 --rounds 5x
+check2 "--seed '99999999999999999999' is out of range" tune --op gemm --shape 64x64x64 --seed 99999999999999999999
 out=$("$cli" gen --op gemm --shape 64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "expected MxNxK" || fail "bad --shape (got $rc: $out)"
 out=$("$cli" gen --op nope --shape 1x1x1 2>&1); rc=$?
@@ -53,11 +77,15 @@ out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "problem.d_ff = 0" || fail "block without --d-ff must exit 2 naming d_ff (got $rc: $out)"
 for r in 0 101 x; do
   out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 --d-ff 1024 --rounds $r 2>&1); rc=$?
-  [ $rc -eq 2 ] && echo "$out" | grep -q "rounds '$r': expected an integer in 1..100" || fail "bench --rounds $r must exit 2 (got $rc: $out)"
+  [ $rc -eq 2 ] && echo "$out" | grep -q "rounds '$r' is .*; expected an integer in 1..100" || fail "bench --rounds $r must exit 2 (got $rc: $out)"
 done
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
+# a cache that cannot be opened never stops the CLI: info runs without one and says so once
+out=$(SPARSEJIT_CACHE=/proc/sparsejit-no/kernels.db "$cli" info 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c "warning: running without a kernel cache")" -eq 1 ] &&
+  echo "$out" | grep -q "cache:    (disabled)" || fail "info with an unopenable cache (got $rc: $out)"
 out=$("$cli" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command must exit 2"
 tmp=$(mktemp -d)

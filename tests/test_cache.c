@@ -675,6 +675,171 @@ static void test_newer_and_foreign_refused(void **state)
     remove_dir(dir);
 }
 
+/* A log callback that keeps the last message and counts them. */
+typedef struct log_seen { int count; char last[4096]; } log_seen;
+
+static void seen_log(void *user, const char *message)
+{
+    log_seen *l = user;
+    l->count++;
+    snprintf(l->last, sizeof l->last, "%s", message);
+}
+
+/* sha256-free fingerprint of a file: size and bytes, to show nothing wrote it. */
+static char *file_bytes_of(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*n + 1);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* A cache with one kernel, one winner and a trial for key, closed (no -wal or -shm left). */
+static void make_tuned_cache(const char *path, const cache_key *key, const cache_kernel *k, double median)
+{
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
+    cache_winner w = { .median_us = median, .tflops = 1 };
+    snprintf(w.config, sizeof w.config, "%s", k->config);
+    snprintf(w.strategy, sizeof w.strategy, "random");
+    cache_trial t = random_trial(k->config, 1);
+    SJ_ASSERT_OK(cache_put_tuning(db, key, &t, 1, &w, k, 0));
+    cache_close(db);
+}
+
+/* Read-only: every read works, every write is refused naming the cause, and the file's bytes do
+ * not change. (Reading a WAL file may leave SQLite's -wal/-shm beside it where the folder is
+ * writable; where it is not, the immutable fallback runs: test_unwritable_opens_read_only.) */
+static void test_read_only_open(void **state)
+{
+    char *dir = fresh_dir(), *path = path_in(dir, "shared.db");
+    cache_key key = random_key();
+    cache_kernel k = random_kernel("CFG=3", 999);
+    make_tuned_cache(path, &key, &k, 12.5);
+    size_t n0, n1;
+    char *before = file_bytes_of(path, &n0);
+
+    cache_db *db = NULL;
+    SJ_ASSERT_OK(cache_open_read_only(path, &db));
+    assert_true(cache_read_only(db));
+    assert_kernel_hit(db, &key, &k);
+    cache_winner w;
+    SJ_ASSERT_OK(cache_get_winner(db, &key, &w));
+    assert_string_equal(w.config, "CFG=3");
+    key_count kc = count_all(db);
+    assert_int_equal(kc.keys, 1);
+    cache_kernel k2 = random_kernel("CFG=4", 64);
+    SJ_ASSERT_STATUS(cache_put_kernel(db, &key, &k2), SJ_ERR_CACHE, "is open read-only: cannot store kernel");
+    SJ_ASSERT_STATUS(cache_clear(db), SJ_ERR_CACHE, "read-only");
+    SJ_ASSERT_STATUS(cache_vacuum(db), SJ_ERR_CACHE, "read-only");
+    cache_close(db);
+    char *after = file_bytes_of(path, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
+
+    /* what is not a current sparsejit cache is refused, and left alone */
+    char *missing = path_in(dir, "missing.db");
+    SJ_ASSERT_STATUS(cache_open_read_only(missing, &db), SJ_ERR_CACHE, "missing.db");
+    assert_null(db);
+    assert_false(file_exists(missing));
+    char *garbage = path_in(dir, "garbage.db");
+    write_random_file(garbage, 4096, 0);
+    SJ_ASSERT_STATUS(cache_open_read_only(garbage, &db), SJ_ERR_CACHE, "left as it is");
+    char *aside = path_in(dir, "garbage.db.corrupt");
+    assert_false(file_exists(aside));
+    free(before); free(after); free(missing); free(garbage); free(aside); free(k.cubin); free(k2.cubin);
+    free(path);
+    remove_dir(dir);
+}
+
+/* Runs fn(path) in a child that cannot write path's file or folder (as root: a child that drops
+ * to nobody, whom the modes below then bind, so the test means the same for root and a user).
+ * Returns the child's exit code; 77 when the privilege drop is not possible here. */
+static int as_unprivileged(const char *dir, const char *path, int (*fn)(const char *))
+{
+    assert_int_equal(chmod(path, 0444), 0);
+    assert_int_equal(chmod(dir, 0555), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(77);
+        _exit(fn(path));
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(chmod(dir, 0755), 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+}
+
+static int child_opens_read_only(const char *path)
+{
+    log_seen seen = { 0 };
+    cache_db *db = NULL;
+    if (cache_open(path, seen_log, &seen, &db) != SJ_OK) { fprintf(stderr, "open: %s\n", sj_last_error()); return 1; }
+    if (!cache_read_only(db) || seen.count != 1 || !strstr(seen.last, "not writable") ||
+        !strstr(seen.last, "opened it read-only")) { fprintf(stderr, "log: %d '%s'\n", seen.count, seen.last); return 2; }
+    key_count kc = count_all(db);
+    cache_kernel k = random_kernel("CFG=9", 64);
+    cache_key key = random_key();
+    int refused = cache_put_kernel(db, &key, &k) == SJ_ERR_CACHE && strstr(sj_last_error(), "read-only");
+    free(k.cubin);
+    cache_close(db);
+    return kc.keys == 1 && refused ? 0 : 3;
+}
+
+/* A cache file this process cannot write opens read-only, says so once, and reads. */
+static void test_unwritable_opens_read_only(void **state)
+{
+    char *dir = fresh_dir(), *path = path_in(dir, "kernels.db");
+    assert_int_equal(chmod(dir, 0755), 0);
+    cache_key key = random_key();
+    cache_kernel k = random_kernel("CFG=3", 512);
+    make_tuned_cache(path, &key, &k, 3.0);
+    int rc = as_unprivileged(dir, path, child_opens_read_only);
+    if (rc == 77) skip();
+    assert_int_equal(rc, 0);
+    char *shm = path_in(dir, "kernels.db-shm");
+    assert_false(file_exists(shm)); /* read as immutable: nothing created beside it */
+    free(shm); free(k.cubin); free(path);
+    remove_dir(dir);
+}
+
+/* Schema drift: our file whose tables are not its version's (a dropped table, tables at version
+ * 0, our tables without our header) is moved aside and recreated like a corrupt one. */
+static void test_schema_drift_moved_aside(void **state)
+{
+    const char *drifts[] = {
+        "DROP TABLE winners",
+        "PRAGMA user_version=0",
+        "PRAGMA application_id=0; PRAGMA user_version=0",
+        "ALTER TABLE trials ADD COLUMN extra",
+    };
+    for (size_t i = 0; i < sizeof drifts / sizeof *drifts; i++) {
+        char *dir = fresh_dir(), *path = path_in(dir, "kernels.db"), *aside = path_in(dir, "kernels.db.corrupt");
+        cache_key key = random_key();
+        cache_kernel k = random_kernel("CFG=1", 100);
+        make_tuned_cache(path, &key, &k, 2.0);
+        raw_exec(path, drifts[i]);
+        log_seen seen = { 0 };
+        cache_db *db = NULL;
+        SJ_ASSERT_OK(cache_open(path, seen_log, &seen, &db));
+        if (seen.count != 1 || !strstr(seen.last, "moved it aside"))
+            fail_msg("%s: log %d '%s'", drifts[i], seen.count, seen.last);
+        assert_true(file_exists(aside));
+        assert_int_equal(count_all(db).keys, 0);
+        cache_kernel k2 = random_kernel("CFG=2", 100);
+        SJ_ASSERT_OK(cache_put_kernel(db, &key, &k2)); /* a working cache again */
+        cache_close(db);
+        free(k.cubin); free(k2.cubin); free(path); free(aside);
+        remove_dir(dir);
+    }
+}
+
 /* ---------------------------------------------------------------- several processes */
 
 enum { PROCS = 4, ITERS = 240, SHARED_KEYS = 6, TRIALS_PER = 3 };
@@ -1111,7 +1276,7 @@ static void test_export_import(void **state)
     put_winner(db2, &e[1].key, "LOCAL=slow", e[1].winner.median_us * 2.0, 0, &k1);
 
     int imported = -1, refused = -1;
-    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 3);
     assert_int_equal(refused, 3);
     assert_entry_present(db2, &e[0], 1, 0);
@@ -1126,7 +1291,7 @@ static void test_export_import(void **state)
     key_count c = count_all(db2);
     assert_int_equal(c.keys, 3);
     /* importing again changes nothing */
-    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db2, out, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 3);
     assert_int_equal(refused, 3);
     key_count c2 = count_all(db2);
@@ -1136,7 +1301,7 @@ static void test_export_import(void **state)
     char *p3 = path_in(dir, "three.db");
     cache_db *db3;
     SJ_ASSERT_OK(cache_open(p3, NULL, NULL, &db3));
-    SJ_ASSERT_OK(cache_import(db3, out, "sm_80", 13000, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db3, out, "sm_80", 13000, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 5);
     assert_entry_present(db3, &e[3], 0, 1);
@@ -1146,7 +1311,7 @@ static void test_export_import(void **state)
     char *p4 = path_in(dir, "four.db");
     cache_db *db4;
     SJ_ASSERT_OK(cache_open(p4, NULL, NULL, &db4));
-    SJ_ASSERT_OK(cache_import(db4, out90, "sm_90a", 12080, 13000, &imported, &refused));
+    SJ_ASSERT_OK(cache_import(db4, out90, "sm_90a", 12080, 13000, &imported, &refused, NULL, NULL, 0));
     assert_int_equal(imported, 1);
     assert_int_equal(refused, 4);
     assert_int_equal(count_all(db4).kernels, 0);
@@ -1156,14 +1321,14 @@ static void test_export_import(void **state)
     /* files that are not exports */
     char *garbage = path_in(dir, "garbage.db"), *missing = path_in(dir, "missing.db");
     write_random_file(garbage, 8192, 0);
-    SJ_ASSERT_STATUS(cache_import(db4, garbage, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_CACHE,
+    SJ_ASSERT_STATUS(cache_import(db4, garbage, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
                      "not a valid sparsejit database");
     assert_true(file_exists(garbage)); /* an import source is never moved aside */
-    SJ_ASSERT_STATUS(cache_import(db4, missing, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_IO,
+    SJ_ASSERT_STATUS(cache_import(db4, missing, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_IO,
                      "missing.db");
     assert_false(file_exists(missing));
     raw_exec(outgpu, "PRAGMA user_version=9");
-    SJ_ASSERT_STATUS(cache_import(db4, outgpu, "sm_90a", 13000, 13000, &imported, &refused), SJ_ERR_CACHE,
+    SJ_ASSERT_STATUS(cache_import(db4, outgpu, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
                      "schema version 9");
     assert_int_equal(raw_int(outgpu, "PRAGMA user_version"), 9);
 
@@ -1179,6 +1344,96 @@ static void test_export_import(void **state)
 }
 
 /* ---------------------------------------------------------------- default path */
+
+/* Copies a file byte for byte. */
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    char *b = file_bytes_of(from, &n);
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(b);
+}
+
+/* cache import does not trust the file: crafted exports are refused, field by field or whole,
+ * with the reason; nothing of the file's schema runs; a FIFO is refused without blocking. */
+static void test_import_refuses_crafted_files(void **state)
+{
+    char *dir = fresh_dir(), *src = path_in(dir, "src.db"), *crafted = path_in(dir, "crafted.db");
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(src, NULL, NULL, &db));
+    entry e;
+    make_entry(db, &e, "NVIDIA H200", "sm_90a", 13000, 13000);
+    cache_close(db);
+    const struct { const char *sql, *why; int keys, invalid, winner, kernel; } cases[] = {
+        { "UPDATE winners SET median_us='abc'", "the winner of key", 1, 1, 0, 1 },
+        { "UPDATE winners SET median_us=0", "median_us > 0", 1, 1, 0, 1 },
+        { "UPDATE winners SET config='BM=99999999999,XX=1'", "the winner of key", 1, 1, 0, 1 },
+        { "UPDATE kernels SET grid_x=4294967295", "a kernel of key", 1, 1, 1, 0 },
+        { "UPDATE kernels SET shared_bytes=4294967295", "a kernel of key", 1, 1, 1, 0 },
+        { "UPDATE kernels SET cubin=zeroblob(16)", "fails its sha256", 1, 1, 1, 0 },
+        { "UPDATE trials SET median_us='abc' WHERE config=(SELECT min(config) FROM trials)", "a trial of key", 1, 1, 1, 1 },
+        { "UPDATE keys SET gpu='NVIDIA H200' || char(27) || '[31m'", "unprintable", 0, 1, 0, 0 },
+        { "UPDATE keys SET m=-5", "out of range", 0, 1, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *dst = path_in(dir, "dst.db");
+        copy_file(src, crafted);
+        raw_exec(crafted, cases[i].sql);
+        SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+        int imported = -1, refused = -1, invalid = -1;
+        char why[512];
+        SJ_ASSERT_OK(cache_import(db, crafted, "sm_90a", 13000, 13000, &imported, &refused, &invalid, why, sizeof why));
+        if (imported != cases[i].keys || invalid != cases[i].invalid || refused != 0 || !strstr(why, cases[i].why))
+            fail_msg("%s: imported %d, refused %d, invalid %d, why '%s'", cases[i].sql, imported, refused, invalid, why);
+        cache_winner w;
+        cache_kernel k;
+        assert_int_equal(cache_get_winner(db, &e.key, &w) == SJ_OK, cases[i].winner);
+        sj_status st = cache_get_kernel(db, &e.key, e.kernel.config, &k);
+        assert_int_equal(st == SJ_OK, cases[i].kernel);
+        if (st == SJ_OK) free(k.cubin);
+        cache_close(db);
+        assert_int_equal(remove(dst), 0);
+        free(dst);
+    }
+
+    /* a keys VIEW that recurses forever: refused at once as not our tables, nothing runs */
+    const char *views[] = {
+        "ALTER TABLE keys RENAME TO k0; CREATE VIEW keys AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+        "FROM r) SELECT x AS id, 'g' AS gpu, 'sm_90a' AS arch, 1 AS sm_count, 13000 AS driver_version, 13000 AS "
+        "nvrtc_version, 't' AS template_name, 'h' AS template_hash, 'gemm' AS op, 'f16' AS dtype, 'f16' AS out_dtype, "
+        "1 AS m, 1 AS n, 1 AS k, '' AS sparsity FROM r",
+        "DROP TABLE trials",
+    };
+    for (size_t i = 0; i < sizeof views / sizeof *views; i++) {
+        char *dst = path_in(dir, "dst.db");
+        copy_file(src, crafted);
+        raw_exec(crafted, views[i]);
+        SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+        time_t t0 = time(NULL);
+        int imported = -1, refused = -1;
+        SJ_ASSERT_STATUS(cache_import(db, crafted, "sm_90a", 13000, 13000, &imported, &refused, NULL, NULL, 0), SJ_ERR_CACHE,
+                         "is not a valid sparsejit database");
+        assert_true(time(NULL) - t0 < 5);
+        assert_int_equal(count_all(db).keys, 0);
+        cache_close(db);
+        assert_int_equal(remove(dst), 0);
+        free(dst);
+    }
+
+    /* a FIFO nobody writes: refused at once instead of blocking in open() */
+    char *fifo = path_in(dir, "fifo.db"), *dst = path_in(dir, "dst.db");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    SJ_ASSERT_OK(cache_open(dst, NULL, NULL, &db));
+    int n1, n2;
+    SJ_ASSERT_STATUS(cache_import(db, fifo, "sm_90a", 13000, 13000, &n1, &n2, NULL, NULL, 0), SJ_ERR_IO,
+                     "is not a regular file");
+    cache_close(db);
+    free(fifo); free(dst); free(e.kernel.cubin); free(src); free(crafted);
+    remove_dir(dir);
+}
 
 static void set_env(const char *name, const char *value)
 {
@@ -1282,11 +1537,11 @@ static void test_bad_arguments(void **state)
     SJ_ASSERT_STATUS(cache_export(none, other, NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     SJ_ASSERT_STATUS(cache_export(db, NULL, NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "dst_path is NULL");
     SJ_ASSERT_STATUS(cache_export(db, "", NULL, NULL, &n1), SJ_ERR_INVALID_ARGUMENT, "dst_path is \"\"");
-    SJ_ASSERT_STATUS(cache_import(none, other, "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, NULL, "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "src_path is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, "", "sm_90a", 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "src_path is \"\"");
-    SJ_ASSERT_STATUS(cache_import(db, other, NULL, 1, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "arch is NULL");
-    SJ_ASSERT_STATUS(cache_import(db, other, "sm_90a", 0, 1, &n1, &n2), SJ_ERR_INVALID_ARGUMENT, "driver_version");
+    SJ_ASSERT_STATUS(cache_import(none, other, "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, NULL, "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "src_path is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, "", "sm_90a", 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "src_path is \"\"");
+    SJ_ASSERT_STATUS(cache_import(db, other, NULL, 1, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "arch is NULL");
+    SJ_ASSERT_STATUS(cache_import(db, other, "sm_90a", 0, 1, &n1, &n2, NULL, NULL, 0), SJ_ERR_INVALID_ARGUMENT, "driver_version");
     SJ_ASSERT_STATUS(cache_clear(none), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     SJ_ASSERT_STATUS(cache_vacuum(none), SJ_ERR_INVALID_ARGUMENT, "db is NULL");
     assert_false(file_exists(other));
@@ -1313,10 +1568,14 @@ int main(void)
         cmocka_unit_test(test_second_corrupt_kept),
         cmocka_unit_test(test_damaged_pages_moved_aside),
         cmocka_unit_test(test_newer_and_foreign_refused),
+        cmocka_unit_test(test_read_only_open),
+        cmocka_unit_test(test_unwritable_opens_read_only),
+        cmocka_unit_test(test_schema_drift_moved_aside),
         cmocka_unit_test(test_concurrent_processes),
         cmocka_unit_test(test_threads_share_one_db),
         cmocka_unit_test(test_killed_writer),
         cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_import_refuses_crafted_files),
         cmocka_unit_test(test_default_path),
         cmocka_unit_test(test_bad_arguments),
     };

@@ -447,7 +447,13 @@ static void test_configs(void **state)
     assert_string_equal(buf, "BK=-2,BM=128,WN=32");
     SJ_ASSERT_OK(gen_config_parse("", &c));
     assert_int_equal(c.n, 0);
-    const char *bad[] = { "BM", "BM=", "BM=12x", "=3", "BM=1,BM=2", "B-M=3", "BM=1;BN=2" };
+    SJ_ASSERT_OK(gen_config_parse("BM=2147483647,BN=-2147483648", &c));
+    assert_int_equal(c.values[0], 2147483647);
+    assert_int_equal(c.values[1], -2147483647 - 1);
+    /* anything but a sign and digits, and anything an int cannot hold, is refused (no wrap) */
+    const char *bad[] = { "BM", "BM=", "BM=12x", "=3", "BM=1,BM=2", "B-M=3", "BM=1;BN=2", "garbage;;;", "BM=4294967360",
+                          "STAGES=3888888888888888888", "BM=2147483648", "BM=-2147483649", "BM=+1", "BM= 1", "BM=-",
+                          "BM=99999999999999999999999999" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         SJ_ASSERT_STATUS(gen_config_parse(bad[i], &c), SJ_ERR_INVALID_ARGUMENT, "config");
 

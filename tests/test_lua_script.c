@@ -133,7 +133,7 @@ static void test_gpu_call_without_gpu_raises(void **state)
     assert_contains(r.out, "sparsity\tfalse\tsparsejit.bench: sparsity 1.5: expected a fraction of zeros in (0, 1)");
     assert_contains(r.out, "skew\tfalse\tsparsejit.bench: problem.twell_skew = 9: expected 0 (units alike) .. 4");
     assert_contains(r.out, "block\tfalse\tsparsejit.bench: benchmarking needs a GPU");
-    assert_contains(r.out, "rounds\tfalse\tsparsejit.bench: bench: rounds 0: expected 1..100");
+    assert_contains(r.out, "rounds\tfalse\tfield 'rounds' = 0 is out of range; expected an integer in 1..100");
     assert_contains(r.out, "tune block\tfalse\tsparsejit.tune: op 'twell-ffn-block' is a benchmark of twell-gate + "
                            "twell-ffn, not an op: sparsejit.bench runs it; sparsejit.tune takes its parts, one of gemm, "
                            "vnm-spmm, twell-gate, twell-ffn");
@@ -182,6 +182,11 @@ static void test_bad_arguments_raise_sparsejit_messages(void **state)
         "err(sparsejit.tune, { op = 'gemm', shape = { 8, 8, 8 }, strategy = 'genetic' })\n"
         "err(sparsejit.bench, { op = 'vnm-spmm', shape = { 64, 64, 64 }, vnm = '64-2-8' })\n"
         "err(sparsejit.vnm_layout, { vnm = '64:3:8', rows = 64, cols = 64 })\n"
+        "err(sparsejit.bench, { op = 'vnm-spmm', shape = { 64, 64, 64 }, vnm = '0:2:8' })\n"
+        "err(sparsejit.bench, { op = 'vnm-spmm', shape = { 64, 64, 64 }, vnm = '4294967360:2:8' })\n"
+        "err(sparsejit.bench, { op = 'twell-gate', shape = { 64, 64, 64 }, twell = '0:5' })\n"
+        "err(sparsejit.tune, { op = 'gemm', shape = { 8, 8, 8 }, budget_trials = 4294967297 })\n"
+        "err(sparsejit.bench, { op = 'gemm', shape = { 8, 8, 8 }, rounds = 0 })\n"
         "err(function() return sparsejit.write_csv('/nonexistent/x.csv', { { a = 1 } }) end)\n"
         "err(function() return sparsejit.write_csv('t.csv', { { a = {} } }) end)\n"
         "sparsejit.info()\n"
@@ -191,7 +196,12 @@ static void test_bad_arguments_raise_sparsejit_messages(void **state)
     assert_contains(r.out, "sparsejit.tune: unknown op 'nope'");
     assert_contains(r.out, "sparsejit.tune: problem.m = 0");
     assert_contains(r.out, "strategy 'genetic': expected exhaustive or random");
-    assert_contains(r.out, "vnm '64-2-8': expected \"V:N:M\"");
+    assert_contains(r.out, "vnm '64-2-8': expected V:N:M, e.g. 64:2:8");
+    assert_contains(r.out, "sparsejit.bench: vnm '0:2:8': V = '0' is out of range; expected an integer in 1..2147483647");
+    assert_contains(r.out, "vnm '4294967360:2:8': V = '4294967360' is out of range");
+    assert_contains(r.out, "twell '0:5': T = '0' is out of range; expected an integer in 1..65536");
+    assert_contains(r.out, "field 'budget_trials' = 4294967297 is out of range; expected an integer in 0..1000000");
+    assert_contains(r.out, "field 'rounds' = 0 is out of range; expected an integer in 1..100");
     assert_contains(r.out, "sparsejit.vnm_layout: V:N:M N = 3");
     assert_contains(r.out, "cannot open '/nonexistent/x.csv'");
     assert_contains(r.out, "row 1, column 'a': a table cannot be written");

@@ -1,10 +1,12 @@
 /* test_runtime.c: the runtime on the CPU: contexts without a GPU, argument checking with clear
- * messages, the log callback, the in-process kernel table, and the thread-local last error. */
+ * messages, the log callback, caches that cannot be opened and shared read-only ones, the
+ * in-process kernel table, and the thread-local last error. */
 #include "test_util.h"
 #include "runtime/runtime.h"
 #include "core/error.h"
 
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -57,10 +59,6 @@ static void test_context_bad_options(void **state)
     o.arch = "compute_90";
     SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_INVALID_ARGUMENT, "opts.arch 'compute_90'");
     assert_null(ctx);
-    /* a cache path that cannot be created is reported with the path */
-    o.arch = NULL;
-    o.cache_path = "/proc/sparsejit-no/kernels.db";
-    SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_IO, "/proc/sparsejit-no/kernels.db");
 }
 
 /* A log callback that keeps every message it is handed. */
@@ -135,6 +133,123 @@ static void test_log_callback(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A cache is an optimization: one that cannot be opened (a path that cannot be created, a newer
+ * schema, another application's file) leaves a working context without a cache, said once
+ * through the log and never on stderr; the file is left as it was. */
+static void test_cache_never_disables_the_library(void **state)
+{
+    const char *tmp = tu_tempdir();
+    assert_non_null(tmp);
+    char newer[512], foreign[512], cmd[1200];
+    snprintf(newer, sizeof newer, "%s/newer.db", tmp);
+    snprintf(foreign, sizeof foreign, "%s/foreign.db", tmp);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(newer, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA application_id=1397377364; PRAGMA user_version=99; CREATE TABLE t(x)",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(sqlite3_open(foreign, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE notes(x)", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    const struct { const char *path, *says; } cases[] = {
+        { "/proc/sparsejit-no/kernels.db", "/proc/sparsejit-no" },
+        { newer, "newer sparsejit" },
+        { foreign, "another application" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        log_record rec = { 0 };
+        sj_context_options o;
+        sj_context_options_init(&o);
+        o.cache_path = cases[i].path;
+        o.log = record_log;
+        o.log_user = &rec;
+        sj_context *ctx = NULL;
+        SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+        assert_int_equal(rec.count, 1);
+        if (!strstr(rec.text, "running without a kernel cache") || !strstr(rec.text, cases[i].says))
+            fail_msg("%s: log '%s'", cases[i].path, rec.text);
+        sj_device_info d;
+        SJ_ASSERT_OK(sj_get_device_info(ctx, &d));
+        assert_string_equal(d.cache_path, "");
+        sj_problem p = gemm(64, 64, 64);
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(sj_generate(ctx, &p, NULL, &g)); /* the library works */
+        sj_generated_free(g);
+        SJ_ASSERT_OK(sj_context_destroy(ctx));
+    }
+    assert_int_equal(sqlite3_open(newer, &db), SQLITE_OK);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(s, 0), 99);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A winner stored under key in a new cache file at path. */
+static void store_winner(const char *path, const cache_key *key, const char *config, double median_us)
+{
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(path, NULL, NULL, &db));
+    cache_winner w = { .median_us = median_us, .tflops = 1 };
+    snprintf(w.config, sizeof w.config, "%s", config);
+    snprintf(w.strategy, sizeof w.strategy, "random");
+    SJ_ASSERT_OK(cache_put_tuning(db, key, NULL, 0, &w, NULL, 0));
+    cache_close(db);
+}
+
+/* $SPARSEJIT_CACHE_RO: shared read-only caches under the user's own, which wins where both
+ * have an entry; a shared file is never written, a bad entry in the list is skipped and said. */
+static void test_shared_read_only_caches(void **state)
+{
+    const char *tmp = tu_tempdir();
+    assert_non_null(tmp);
+    char own[512], shared1[512], shared2[512], list[1700], cmd[600];
+    snprintf(own, sizeof own, "%s/own.db", tmp);
+    snprintf(shared1, sizeof shared1, "%s/shared1.db", tmp);
+    snprintf(shared2, sizeof shared2, "%s/shared2.db", tmp);
+    cache_key a = { .gpu = "G", .arch = "sm_90a", .sm_count = 132, .driver_version = 13000, .nvrtc_version = 13000,
+                    .template_name = "gemm", .op = "gemm", .dtype = "f16", .out_dtype = "f16", .m = 64, .n = 64, .k = 64 };
+    memset(a.template_hash, 'a', 64);
+    cache_key b = a, c = a;
+    b.m = 128;
+    c.m = 256;
+    store_winner(shared1, &a, "BM=1", 5.0);
+    store_winner(shared1, &b, "BM=2", 5.0);
+    store_winner(shared2, &c, "BM=3", 5.0);
+    store_winner(own, &b, "BM=4", 9.0); /* the user's own, though slower: it was tuned here */
+    snprintf(list, sizeof list, "%s:%s/missing.db:%s", shared1, tmp, shared2);
+    setenv("SPARSEJIT_CACHE_RO", list, 1);
+    log_record rec = { 0 };
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = own;
+    o.log = record_log;
+    o.log_user = &rec;
+    sj_context *ctx = NULL;
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    unsetenv("SPARSEJIT_CACHE_RO");
+    assert_int_equal(rec.count, 1);
+    if (!strstr(rec.text, "skipped a shared cache") || !strstr(rec.text, "missing.db")) fail_msg("log '%s'", rec.text);
+    cache_winner w;
+    SJ_ASSERT_OK(rt_cached_winner(ctx, &a, &w));
+    assert_string_equal(w.config, "BM=1");
+    SJ_ASSERT_OK(rt_cached_winner(ctx, &b, &w));
+    assert_string_equal(w.config, "BM=4");
+    SJ_ASSERT_OK(rt_cached_winner(ctx, &c, &w));
+    assert_string_equal(w.config, "BM=3");
+    cache_key none = a;
+    none.m = 512;
+    SJ_ASSERT_STATUS(rt_cached_winner(ctx, &none, &w), SJ_ERR_NOT_FOUND, "");
+    assert_true(cache_read_only(ctx->shared[0]));
+    assert_false(cache_read_only(ctx->cache));
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_gemm_bad_arguments(void **state)
 {
     sj_context *ctx = tu_compile_context("sm_90a");
@@ -183,8 +298,11 @@ static void test_problem_validation(void **state)
     assert_string_equal(d, "vnm-spmm bf16->bf16 256x256x256 V=64,NS=2,MS=8");
     sj_problem_init(&p, SJ_OP_TWELL_FFN, SJ_DTYPE_F16, 64, 64, 64);
     p.twell_tile = 64; p.twell_capacity = 65;
-    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "capacity <= tile");
-    p.twell_capacity = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "twell_capacity = 65: expected 1..twell_tile (64)");
+    /* a tile wider than an entry's 16 index bits address */
+    p.twell_tile = 1 << 20; p.twell_capacity = 8;
+    SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = 1048576: expected 1..65536");
+    p.twell_tile = 64;
     SJ_ASSERT_STATUS(sj_problem_validate(&p), SJ_ERR_INVALID_ARGUMENT, "problem.d_ff");
     sj_dtype dt;
     SJ_ASSERT_STATUS(sj_dtype_parse("f8", &dt), SJ_ERR_INVALID_ARGUMENT, "unknown dtype 'f8'");
@@ -202,8 +320,20 @@ static void test_generate_and_compile_errors(void **state)
     sj_generated *g = NULL;
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "NOPE=1", &g), SJ_ERR_INVALID_ARGUMENT, "no parameter 'NOPE'");
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=abc", &g), SJ_ERR_INVALID_ARGUMENT, "not an integer");
+    /* too large for an int: refused with the text given, never narrowed to another value */
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=4294967360", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "BM = '4294967360' is out of range; expected an integer in -2147483648..2147483647");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "STAGES=3888888888888888888", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "STAGES = '3888888888888888888' is out of range");
     assert_null(g);
+    /* sj_set_config refuses what the op could not run, at once */
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "garbage;;;"), SJ_ERR_INVALID_ARGUMENT, "expected NAME=INTEGER pairs");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "BM=99999999999,XX=1"), SJ_ERR_INVALID_ARGUMENT, "out of range");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "XX=1"), SJ_ERR_INVALID_ARGUMENT, "no parameter 'XX'");
+    SJ_ASSERT_STATUS(sj_set_config(ctx, &p, "STAGES=99"), SJ_ERR_INVALID_ARGUMENT, "not valid for this problem");
     SJ_ASSERT_OK(sj_generate(ctx, &p, NULL, &g));
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, g->config)); /* the default is a valid config */
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
     void *cubin = NULL;
     size_t size = 0;
     SJ_ASSERT_STATUS(sj_compile(ctx, g, NULL, &size, NULL), SJ_ERR_INVALID_ARGUMENT, "must be non-NULL");
@@ -301,6 +431,8 @@ int main(void)
         cmocka_unit_test(test_context_without_gpu),
         cmocka_unit_test(test_context_bad_options),
         cmocka_unit_test(test_log_callback),
+        cmocka_unit_test(test_cache_never_disables_the_library),
+        cmocka_unit_test(test_shared_read_only_caches),
         cmocka_unit_test(test_gemm_bad_arguments),
         cmocka_unit_test(test_problem_validation),
         cmocka_unit_test(test_generate_and_compile_errors),

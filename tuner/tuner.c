@@ -614,7 +614,9 @@ sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *o
         goto done;
     }
     res->seconds = rt_seconds() - t->t0;
-    if (t->opts.save && ctx->cache) st = save(t, w);
+    if (t->opts.save && ctx->cache && !cache_read_only(ctx->cache)) st = save(t, w);
+    else if (t->opts.save && ctx->cache) /* the result stands; the caller learns it was not kept */
+        rt_log(ctx, "the tuned winner %s was not stored: the cache %s is read-only", res->config, ctx->cache_path);
 
 done:
     if (pool_up) pool_stop(&t->pl);

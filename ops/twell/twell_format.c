@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TWELL_MAX_TILE 65536 /* a local column must fit the entry's 16 index bits */
-
 static int mul_size(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
 
 sj_status sj_twell_layout_init(sj_twell_layout *l, sj_dtype dtype, int64_t rows, int64_t cols, int tile,
@@ -25,8 +23,8 @@ sj_status sj_twell_layout_init(sj_twell_layout *l, sj_dtype dtype, int64_t rows,
     if (rows > ((int64_t)1 << 30) || cols > ((int64_t)1 << 30))
         return error_set(SJ_ERR_INVALID_ARGUMENT, "TwELL shape %lld x %lld: each dimension must be <= 2^30",
                        (long long)rows, (long long)cols);
-    if (tile < 1 || tile > TWELL_MAX_TILE)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "TwELL tile T = %d: expected 1..%d", tile, TWELL_MAX_TILE);
+    if (tile < 1 || tile > SJ_TWELL_MAX_TILE)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "TwELL tile T = %d: expected 1..%d", tile, SJ_TWELL_MAX_TILE);
     if (capacity < 1 || capacity > tile)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "TwELL capacity C = %d: expected 1..T (T = %d)", capacity, tile);
     l->dtype = dtype;

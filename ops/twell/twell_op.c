@@ -11,9 +11,12 @@
 
 static sj_status validate(const sj_problem *p)
 {
-    if (p->twell_tile <= 0 || p->twell_capacity <= 0 || p->twell_capacity > p->twell_tile)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = %d, twell_capacity = %d: expected 0 < capacity <= tile",
-                         p->twell_tile, p->twell_capacity);
+    if (p->twell_tile <= 0 || p->twell_tile > SJ_TWELL_MAX_TILE)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = %d: expected 1..%d", p->twell_tile,
+                         SJ_TWELL_MAX_TILE);
+    if (p->twell_capacity <= 0 || p->twell_capacity > p->twell_tile)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_capacity = %d: expected 1..twell_tile (%d)",
+                         p->twell_capacity, p->twell_tile);
     if (!(p->twell_sparsity >= 0 && p->twell_sparsity < 1))
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)",
