@@ -55,7 +55,8 @@ SJ_API const char *sj_version_string(void);
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
- * "sj_twell_layout", "sj_twell_host", "sj_twell_device", "sj_tune_progress", "sj_tune_options",
+ * "sj_twell_layout", "sj_twell_host", "sj_twell_device",
+ * "sj_hybrid_layout", "sj_hybrid_report", "sj_hybrid_host", "sj_tune_progress", "sj_tune_options",
  * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
  * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
@@ -569,6 +570,77 @@ SJ_API sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_dev
 SJ_API sj_status sj_twell_ffn_ws(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                                  const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
                                  sj_devptr workspace, size_t workspace_bytes, void *stream);
+
+/* ---------------------------------------------------------------- hybrid activations (training) */
+/* The hybrid format keeps a sparse activation matrix H (rows = tokens, cols = d_ff: the ReLU gate
+ * of an FFN block) for the backward pass. Each row keeps up to W (the ELL width) non-zeros in a
+ * compact ELL matrix; a row with more, an overflow row, also gets a row of a dense backup that
+ * holds the rest of its non-zeros. No row is ever dropped: the backup grows (the host converter
+ * grows it itself; on the device, sj_hybrid_report says how many rows it needed).
+ *   nnz[r] (int32): the number of non-zeros of row r; it MAY EXCEED W.
+ *   values[r * W + i], columns[r * W + i] (16-bit value bits, uint16 column), i < min(nnz[r], W):
+ *       distinct columns, non-zero values, in any order (the host writes ascending columns, the
+ *       gate kernel the order in which its thread blocks arrive); the other slots unspecified.
+ *   slot[r] (int32): -1 when nnz[r] <= W; else the backup row s (0 <= s < backup_rows) holding
+ *       row r's other nnz[r] - W non-zeros at their columns and zeros everywhere else, so that
+ *       H[r] = the ELL entries + backup[s] with disjoint supports; owner[s] = r. An overflow
+ *       row with slot -1 did not fit a full backup (unplaced): such a matrix is incomplete, and
+ *       every reader refuses it.
+ *   counter (int32): the number of overflow rows, placed or not: more than backup_rows means
+ *       the backup was too small.
+ * A value is a non-zero when it is neither +0 nor -0. Columns are 16-bit, so cols <= 65536.
+ * Memory: rows x (4 W + 8) bytes plus backup_rows x (2 cols + 4): at 99% zeros of d_ff 11008 and
+ * W = 128, 520 bytes a row against 22016 for the dense row. */
+
+typedef struct sj_hybrid_layout {
+    sj_dtype dtype;          /* f16 or bf16 */
+    int64_t rows, cols;      /* tokens x d_ff; cols <= 65536 */
+    int width;               /* W: 1 <= W <= cols */
+    int64_t backup_rows;     /* the dense backup's capacity: 0 .. rows */
+    size_t values_bytes, columns_bytes, nnz_bytes, slot_bytes, owner_bytes, backup_bytes, counter_bytes;
+    size_t total_bytes;      /* all of the above */
+} sj_hybrid_layout;
+
+/* Fills layout (every size); SJ_ERR_INVALID_ARGUMENT naming the bad parameter and its range. */
+SJ_API sj_status sj_hybrid_layout_init(sj_hybrid_layout *layout, sj_dtype dtype, int64_t rows, int64_t cols,
+                                       int width, int64_t backup_rows);
+
+/* Where the rows of a hybrid matrix went. */
+typedef struct sj_hybrid_report {
+    int64_t rows_ell;        /* rows with at most W non-zeros (empty rows too): ELL only */
+    int64_t rows_backup;     /* overflow rows with a backup row */
+    int64_t rows_unplaced;   /* overflow rows the backup had no room for (0 for a complete matrix) */
+    int64_t backup_needed;   /* rows_backup + rows_unplaced: the backup that holds every row */
+    int64_t nnz;             /* non-zeros in all */
+    int64_t nnz_ell, nnz_backup;
+} sj_hybrid_report;
+
+/* A hybrid matrix in host memory. */
+typedef struct sj_hybrid_host {
+    sj_hybrid_layout layout;
+    uint16_t *values, *columns;  /* rows x W */
+    int32_t *nnz, *slot;         /* rows */
+    int32_t *owner;              /* backup_rows */
+    uint16_t *backup;            /* backup_rows x cols */
+    int32_t counter;             /* overflow rows */
+} sj_hybrid_host;
+
+/* Converts the dense row-major H (layout->dtype, ld >= cols elements per row) into out, which it
+ * allocates (free with sj_hybrid_host_free): the first W non-zeros of each row in ascending
+ * columns in the ELL, the rest of an overflow row in the next backup row (rows in order). When
+ * more rows overflow than layout->backup_rows, the backup grows to fit them all
+ * (out->layout.backup_rows is then larger than layout's). Unused slots and backup rows are
+ * zeroed, so equal inputs give equal bytes. report (may be NULL): where the rows went. */
+SJ_API sj_status sj_hybrid_from_dense(const sj_hybrid_layout *layout, const void *H, int64_t ld,
+                                      sj_hybrid_host *out, sj_hybrid_report *report);
+/* Writes the dense rows x cols matrix (+0 where H has no non-zero). SJ_ERR_INVALID_ARGUMENT
+ * naming the row when the data is inconsistent (a count out of range, a column past cols or
+ * repeated, a stored zero, a slot out of range or not owned by its row, an unplaced overflow
+ * row, a backup row whose non-zeros are not the row's other nnz - W or meet an ELL column). */
+SJ_API sj_status sj_hybrid_to_dense(const sj_hybrid_host *h, void *H, int64_t ld);
+/* Where the rows of h went (from nnz, slot and the counter; checks nothing else). */
+SJ_API sj_status sj_hybrid_report_host(const sj_hybrid_host *h, sj_hybrid_report *report);
+SJ_API void sj_hybrid_host_free(sj_hybrid_host *h);
 
 /* ---------------------------------------------------------------- tuner */
 
