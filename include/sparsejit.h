@@ -56,7 +56,8 @@ SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
  * "sj_twell_layout", "sj_twell_host", "sj_twell_device",
- * "sj_hybrid_layout", "sj_hybrid_report", "sj_hybrid_host", "sj_tune_progress", "sj_tune_options",
+ * "sj_hybrid_layout", "sj_hybrid_report", "sj_hybrid_host", "sj_hybrid_ffn_step",
+ * "sj_tune_progress", "sj_tune_options",
  * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
  * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
@@ -641,6 +642,27 @@ SJ_API sj_status sj_hybrid_to_dense(const sj_hybrid_host *h, void *H, int64_t ld
 /* Where the rows of h went (from nnz, slot and the counter; checks nothing else). */
 SJ_API sj_status sj_hybrid_report_host(const sj_hybrid_host *h, sj_hybrid_report *report);
 SJ_API void sj_hybrid_host_free(sj_hybrid_host *h);
+
+/* The training step of the ReLU FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) per token, in
+ * fp64 on the host: the reference the device products are checked against (docs/training.md,
+ * "Training with sparse activations", writes the autograd math out). Storage as the TwELL
+ * ops': X and dY tokens x d_model; WgT, WuT, Wd d_ff x d_model (row j: unit j's weights), all
+ * 16-bit of dtype, row-major. It runs the sparse formulation: the gate g = X . Wg is the only
+ * dense product; everything else visits the active pairs (token t, unit j) with g > 0 only:
+ *   forward  u = x . WuT[j], h = g u at active pairs; Y[t] = sum_j h Wd[j];
+ *   backward dh = dY[t] . Wd[j] at active pairs only (a sampled product); du = dh g; dg = dh u;
+ *            dX[t] = sum_j dg WgT[j] + du WuT[j];  dWgT[j] = sum_t dg X[t];
+ *            dWuT[j] = sum_t du X[t];  dWd[j] = sum_t h dY[t].
+ * Outputs in the layouts of the values they are gradients of (the caller's arrays, fp64). */
+typedef struct sj_hybrid_ffn_step {
+    double *Y, *dX;              /* tokens x d_model */
+    double *dWgT, *dWuT, *dWd;   /* d_ff x d_model */
+    int64_t active;              /* active (token, unit) pairs: g > 0 */
+} sj_hybrid_ffn_step;
+
+SJ_API sj_status sj_hybrid_ffn_step_host(sj_dtype dtype, int64_t tokens, int64_t d_model, int64_t d_ff,
+                                         const void *X, const void *WgT, const void *WuT, const void *Wd,
+                                         const void *dY, sj_hybrid_ffn_step *out);
 
 /* ---------------------------------------------------------------- tuner */
 
