@@ -57,7 +57,7 @@ SJ_API int sj_abi_version(void);
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
  * "sj_twell_layout", "sj_twell_host", "sj_twell_device",
  * "sj_hybrid_layout", "sj_hybrid_report", "sj_hybrid_host", "sj_hybrid_ffn_step",
- * "sj_tune_progress", "sj_tune_options",
+ * "sj_hybrid_device", "sj_tune_progress", "sj_tune_options",
  * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
  * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
@@ -157,10 +157,12 @@ typedef enum sj_op {
     SJ_OP_TWELL_FFN = 4,  /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
     SJ_OP_VNM_COMPRESS = 5, /* dense A (m x k) -> V:N:M compressed, on the device */
     SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
-    SJ_OP_VNM_TRANSPOSE = 7 /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
+    SJ_OP_VNM_TRANSPOSE = 7, /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
+    SJ_OP_HYBRID_GATE = 8    /* H = relu(X . Wg) written in the hybrid format (training) */
 } sj_op;
 
-/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose" */
+/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
+ * "hybrid-gate" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -642,6 +644,48 @@ SJ_API sj_status sj_hybrid_to_dense(const sj_hybrid_host *h, void *H, int64_t ld
 /* Where the rows of h went (from nnz, slot and the counter; checks nothing else). */
 SJ_API sj_status sj_hybrid_report_host(const sj_hybrid_host *h, sj_hybrid_report *report);
 SJ_API void sj_hybrid_host_free(sj_hybrid_host *h);
+
+/* A hybrid matrix in device memory (same arrays as the host form; counter is one int32).
+ * owner and backup are 0 when layout.backup_rows is 0. */
+typedef struct sj_hybrid_device {
+    sj_hybrid_layout layout;
+    sj_devptr values, columns, nnz, slot, owner, backup, counter;
+} sj_hybrid_device;
+
+/* Allocates the arrays of layout (contents undefined until written). */
+SJ_API sj_status sj_hybrid_device_alloc(sj_context *ctx, const sj_hybrid_layout *layout, sj_hybrid_device *out);
+/* Allocates out and copies h into it. */
+SJ_API sj_status sj_hybrid_upload(sj_context *ctx, const sj_hybrid_host *h, sj_hybrid_device *out);
+/* Allocates out (host) and copies d into it (synchronous). */
+SJ_API sj_status sj_hybrid_download(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_host *out);
+/* Replaces d's backup (and owner) by one of backup_rows rows (contents undefined): the growth of
+ * a backup that was too small. The rest of d is kept. */
+SJ_API sj_status sj_hybrid_device_grow(sj_context *ctx, sj_hybrid_device *d, int64_t backup_rows);
+SJ_API sj_status sj_hybrid_device_free(sj_context *ctx, sj_hybrid_device *d);
+/* Where the rows of d went (copies nnz, slot and the counter back; synchronous). */
+SJ_API sj_status sj_hybrid_report_device(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_report *report);
+
+/* The hybrid-gate problem writing a matrix of layout from d_model inputs: m = rows (tokens),
+ * n = cols (d_ff), k = d_model, twell_tile = cols (a row is one tile), twell_capacity = W,
+ * dtype = out_dtype = layout's; twell_sparsity unspecified (0): set it to the sparsity tuned for
+ * so the op finds that winner. */
+SJ_API sj_status sj_hybrid_gate_problem(const sj_hybrid_layout *layout, int64_t d_model, sj_problem *out);
+/* H = relu(X . Wg) in the hybrid format, the partition decided on the GPU: X tokens x d_model,
+ * WgT d_ff x d_model (problem->dtype, 16-byte aligned, d_model a multiple of 8); H of the
+ * problem's layout. The call zeroes H's counts, counter and backup and sets its slots to -1 on
+ * the stream, then launches the gate (templates/hybrid_gate.lua), whose epilogue writes the ELL,
+ * claims backup rows with an atomic counter and writes overflow rows' rest there. Asynchronous:
+ * when more rows overflow than the backup holds, the surplus rows are unplaced and every reader
+ * refuses the matrix; sj_hybrid_report_device tells, sj_hybrid_gate_complete handles it. */
+SJ_API sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                                const sj_hybrid_device *H, void *stream);
+/* sj_hybrid_gate, then the counter read back (synchronous); when rows were left unplaced the
+ * backup grows to every overflow row (sj_hybrid_device_grow) and the gate runs again, so no row
+ * is ever dropped. report (may be NULL): where the rows went; *relaunched (may be NULL): 1 when
+ * the backup had to grow. */
+SJ_API sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                                         sj_hybrid_device *H, sj_hybrid_report *report, int *relaunched,
+                                         void *stream);
 
 /* The training step of the ReLU FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) per token, in
  * fp64 on the host: the reference the device products are checked against (docs/training.md,

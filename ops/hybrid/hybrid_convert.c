@@ -20,8 +20,7 @@ void sj_hybrid_host_free(sj_hybrid_host *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Zeroed arrays of l; calloc(0) may return NULL, so empty backups get one byte. */
-static sj_status host_alloc(const sj_hybrid_layout *l, sj_hybrid_host *out)
+sj_status hybrid_host_alloc(const sj_hybrid_layout *l, sj_hybrid_host *out)
 {
     memset(out, 0, sizeof *out);
     out->layout = *l;
@@ -60,7 +59,7 @@ sj_status sj_hybrid_from_dense(const sj_hybrid_layout *layout, const void *H, in
     if (overflow > l.backup_rows &&
         (st = sj_hybrid_layout_init(&l, l.dtype, rows, cols, l.width, overflow)) != SJ_OK)
         return st;
-    if ((st = host_alloc(&l, out)) != SJ_OK) return st;
+    if ((st = hybrid_host_alloc(&l, out)) != SJ_OK) return st;
     int32_t next = 0;
     for (int64_t r = 0; r < rows; r++) {
         const uint16_t *row = src + r * ld;
