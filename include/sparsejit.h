@@ -587,8 +587,8 @@ SJ_API sj_status sj_twell_ffn_ws(sj_context *ctx, const sj_problem *problem, sj_
  *   slot[r] (int32): -1 when nnz[r] <= W; else the backup row s (0 <= s < backup_rows) holding
  *       row r's other nnz[r] - W non-zeros at their columns and zeros everywhere else, so that
  *       H[r] = the ELL entries + backup[s] with disjoint supports; owner[s] = r. An overflow
- *       row with slot -1 did not fit a full backup (unplaced): such a matrix is incomplete, and
- *       every reader refuses it.
+ *       row with slot -1 or >= backup_rows did not fit a full backup (unplaced; the gate kernel
+ *       leaves the counter's value there): such a matrix is incomplete, and every reader refuses it.
  *   counter (int32): the number of overflow rows, placed or not: more than backup_rows means
  *       the backup was too small.
  * A value is a non-zero when it is neither +0 nor -0. Columns are 16-bit, so cols <= 65536.

@@ -261,14 +261,18 @@ static void test_to_dense_refuses(void **state)
     CORRUPT(h.values[at], 0x8000, "stored value is zero");
     CORRUPT(h.slot[e], 0, "fits W");
     CORRUPT(h.slot[2], -1, "unplaced");
-    CORRUPT(h.slot[2], 1, "not a backup row it owns");
+    CORRUPT(h.slot[2], 1, "unplaced"); /* past the backup: as the gate kernel leaves it */
     CORRUPT(h.owner[0], 3, "not a backup row it owns");
     CORRUPT(h.backup[h.columns[hybrid_ell_at(&l, 2)]], 0x3c00, "an ELL column");
     CORRUPT(h.backup[cols - 1], 0, "not nnz - W");
 #undef CORRUPT
     SJ_ASSERT_OK(sj_hybrid_to_dense(&h, out, cols)); /* every corruption undone */
     sj_hybrid_report rep;
-    h.slot[2] = -1; /* an unplaced row, as a full device backup leaves it */
+    h.slot[2] = 1; /* an unplaced row, as the gate kernel leaves it past a full backup */
+    SJ_ASSERT_OK(sj_hybrid_report_host(&h, &rep));
+    assert_int_equal(rep.rows_unplaced, 1);
+    assert_int_equal(rep.rows_backup, 0);
+    h.slot[2] = -1;
     SJ_ASSERT_OK(sj_hybrid_report_host(&h, &rep));
     assert_int_equal(rep.rows_unplaced, 1);
     assert_int_equal(rep.rows_backup, 0);

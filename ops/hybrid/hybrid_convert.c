@@ -110,7 +110,7 @@ sj_status sj_hybrid_report_host(const sj_hybrid_host *h, sj_hybrid_report *repor
         report->nnz += nz;
         report->nnz_ell += nz < W ? nz : W;
         if (nz <= W) report->rows_ell++;
-        else if (h->slot[r] >= 0) report->rows_backup++, report->nnz_backup += nz - W;
+        else if (h->slot[r] >= 0 && h->slot[r] < h->layout.backup_rows) report->rows_backup++, report->nnz_backup += nz - W;
         else report->rows_unplaced++;
     }
     report->backup_needed = report->rows_backup + report->rows_unplaced;
@@ -126,7 +126,7 @@ static sj_status row_to_dense(const sj_hybrid_host *h, int64_t r, uint16_t *dst,
     if (nz < 0 || nz > cols)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "hybrid row %lld: nnz %d outside 0..%lld", (long long)r, nz,
                          (long long)cols);
-    if (nz > W && slot < 0)
+    if (nz > W && (slot < 0 || slot >= l->backup_rows))
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "hybrid row %lld: %d non-zeros overflow W = %lld but the row has no backup slot (unplaced: "
                          "the backup of %lld rows was full; the counter says %d rows overflowed)",
@@ -134,7 +134,7 @@ static sj_status row_to_dense(const sj_hybrid_host *h, int64_t r, uint16_t *dst,
     if (nz <= W && slot != -1)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "hybrid row %lld: nnz %d fits W = %lld but slot is %d, not -1",
                          (long long)r, nz, (long long)W, slot);
-    if (nz > W && (slot >= l->backup_rows || h->owner[slot] != r))
+    if (nz > W && h->owner[slot] != r)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "hybrid row %lld: slot %d is not a backup row it owns (backup_rows %lld)",
                          (long long)r, slot, (long long)l->backup_rows);
     memset(dst, 0, (size_t)cols * sizeof *dst);
