@@ -12,7 +12,8 @@ int sj_abi_version(void) { return SJ_ABI_VERSION; }
     X(sj_problem) X(sj_context_options) X(sj_device_info) X(sj_stats) X(sj_generated) X(sj_kernel_info) \
     X(sj_vnm_layout) X(sj_vnm_host) X(sj_vnm_device) X(sj_twell_layout) X(sj_twell_host)                \
     X(sj_twell_device) X(sj_tune_progress) X(sj_tune_options) X(sj_tune_trial) X(sj_tune_result)        \
-    X(sj_bench_result) X(sj_gmp_schedule) X(sj_gmp_target)
+    X(sj_bench_result) X(sj_gmp_schedule) X(sj_gmp_target) X(sj_hybrid_layout) X(sj_hybrid_report)      \
+    X(sj_hybrid_host) X(sj_hybrid_ffn_step) X(sj_hybrid_device)
 
 sj_status sj_struct_size(const char *name, size_t *out)
 {

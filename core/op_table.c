@@ -8,7 +8,8 @@
 #include <string.h>
 
 /* Defined with their ops (ops/<family>/<family>_op.c). */
-extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose;
+extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose,
+    op_hybrid_gate;
 
 static const op_desc *const table[] = {
     &op_gemm,
@@ -18,6 +19,7 @@ static const op_desc *const table[] = {
     &op_vnm_compress,
     &op_vnm_dw,
     &op_vnm_transpose,
+    &op_hybrid_gate,
 };
 
 enum { N_OPS = sizeof table / sizeof *table };

@@ -55,7 +55,9 @@ SJ_API const char *sj_version_string(void);
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
- * "sj_twell_layout", "sj_twell_host", "sj_twell_device", "sj_tune_progress", "sj_tune_options",
+ * "sj_twell_layout", "sj_twell_host", "sj_twell_device",
+ * "sj_hybrid_layout", "sj_hybrid_report", "sj_hybrid_host", "sj_hybrid_ffn_step",
+ * "sj_hybrid_device", "sj_tune_progress", "sj_tune_options",
  * "sj_tune_trial", "sj_tune_result", "sj_bench_result", "sj_gmp_schedule", "sj_gmp_target") as the
  * library was built; a binding
  * compares it with its own layout. SJ_ERR_INVALID_ARGUMENT naming the known structs otherwise. */
@@ -160,10 +162,12 @@ typedef enum sj_op {
     SJ_OP_TWELL_FFN = 4,  /* Y = (TwELL(H) (.) (X . Wu)) . Wd */
     SJ_OP_VNM_COMPRESS = 5, /* dense A (m x k) -> V:N:M compressed, on the device */
     SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
-    SJ_OP_VNM_TRANSPOSE = 7 /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
+    SJ_OP_VNM_TRANSPOSE = 7, /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
+    SJ_OP_HYBRID_GATE = 8    /* H = relu(X . Wg) written in the hybrid format (training) */
 } sj_op;
 
-/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose" */
+/* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
+ * "hybrid-gate" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -578,6 +582,140 @@ SJ_API sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_dev
 SJ_API sj_status sj_twell_ffn_ws(sj_context *ctx, const sj_problem *problem, sj_devptr X,
                                  const sj_twell_device *H, sj_devptr WuT, sj_devptr Wd, sj_devptr Y,
                                  sj_devptr workspace, size_t workspace_bytes, void *stream);
+
+/* ---------------------------------------------------------------- hybrid activations (training) */
+/* The hybrid format keeps a sparse activation matrix H (rows = tokens, cols = d_ff: the ReLU gate
+ * of an FFN block) for the backward pass. Each row keeps up to W (the ELL width) non-zeros in a
+ * compact ELL matrix; a row with more, an overflow row, also gets a row of a dense backup that
+ * holds the rest of its non-zeros. No row is ever dropped: the backup grows (the host converter
+ * grows it itself; on the device, sj_hybrid_report says how many rows it needed).
+ *   nnz[r] (int32): the number of non-zeros of row r; it MAY EXCEED W.
+ *   values[r * W + i], columns[r * W + i] (16-bit value bits, uint16 column), i < min(nnz[r], W):
+ *       distinct columns, non-zero values, in any order (the host writes ascending columns, the
+ *       gate kernel the order in which its thread blocks arrive); the other slots unspecified.
+ *   slot[r] (int32): -1 when nnz[r] <= W; else the backup row s (0 <= s < backup_rows) holding
+ *       row r's other nnz[r] - W non-zeros at their columns and zeros everywhere else, so that
+ *       H[r] = the ELL entries + backup[s] with disjoint supports; owner[s] = r. An overflow
+ *       row with slot -1 or >= backup_rows did not fit a full backup (unplaced; the gate kernel
+ *       leaves the counter's value there): such a matrix is incomplete, and every reader refuses it.
+ *   counter (int32): the number of overflow rows, placed or not: more than backup_rows means
+ *       the backup was too small.
+ * A value is a non-zero when it is neither +0 nor -0. Columns are 16-bit, so cols <= 65536.
+ * Memory: rows x (4 W + 8) bytes plus backup_rows x (2 cols + 4): at 99% zeros of d_ff 11008 and
+ * W = 128, 520 bytes a row against 22016 for the dense row. */
+
+typedef struct sj_hybrid_layout {
+    sj_dtype dtype;          /* f16 or bf16 */
+    int64_t rows, cols;      /* tokens x d_ff; cols <= 65536 */
+    int width;               /* W: 1 <= W <= cols */
+    int64_t backup_rows;     /* the dense backup's capacity: 0 .. rows */
+    size_t values_bytes, columns_bytes, nnz_bytes, slot_bytes, owner_bytes, backup_bytes, counter_bytes;
+    size_t total_bytes;      /* all of the above */
+} sj_hybrid_layout;
+
+/* Fills layout (every size); SJ_ERR_INVALID_ARGUMENT naming the bad parameter and its range. */
+SJ_API sj_status sj_hybrid_layout_init(sj_hybrid_layout *layout, sj_dtype dtype, int64_t rows, int64_t cols,
+                                       int width, int64_t backup_rows);
+
+/* Where the rows of a hybrid matrix went. */
+typedef struct sj_hybrid_report {
+    int64_t rows_ell;        /* rows with at most W non-zeros (empty rows too): ELL only */
+    int64_t rows_backup;     /* overflow rows with a backup row */
+    int64_t rows_unplaced;   /* overflow rows the backup had no room for (0 for a complete matrix) */
+    int64_t backup_needed;   /* rows_backup + rows_unplaced: the backup that holds every row */
+    int64_t nnz;             /* non-zeros in all */
+    int64_t nnz_ell, nnz_backup;
+} sj_hybrid_report;
+
+/* A hybrid matrix in host memory. */
+typedef struct sj_hybrid_host {
+    sj_hybrid_layout layout;
+    uint16_t *values, *columns;  /* rows x W */
+    int32_t *nnz, *slot;         /* rows */
+    int32_t *owner;              /* backup_rows */
+    uint16_t *backup;            /* backup_rows x cols */
+    int32_t counter;             /* overflow rows */
+} sj_hybrid_host;
+
+/* Converts the dense row-major H (layout->dtype, ld >= cols elements per row) into out, which it
+ * allocates (free with sj_hybrid_host_free): the first W non-zeros of each row in ascending
+ * columns in the ELL, the rest of an overflow row in the next backup row (rows in order). When
+ * more rows overflow than layout->backup_rows, the backup grows to fit them all
+ * (out->layout.backup_rows is then larger than layout's). Unused slots and backup rows are
+ * zeroed, so equal inputs give equal bytes. report (may be NULL): where the rows went. */
+SJ_API sj_status sj_hybrid_from_dense(const sj_hybrid_layout *layout, const void *H, int64_t ld,
+                                      sj_hybrid_host *out, sj_hybrid_report *report);
+/* Writes the dense rows x cols matrix (+0 where H has no non-zero). SJ_ERR_INVALID_ARGUMENT
+ * naming the row when the data is inconsistent (a count out of range, a column past cols or
+ * repeated, a stored zero, a slot out of range or not owned by its row, an unplaced overflow
+ * row, a backup row whose non-zeros are not the row's other nnz - W or meet an ELL column). */
+SJ_API sj_status sj_hybrid_to_dense(const sj_hybrid_host *h, void *H, int64_t ld);
+/* Where the rows of h went (from nnz, slot and the counter; checks nothing else). */
+SJ_API sj_status sj_hybrid_report_host(const sj_hybrid_host *h, sj_hybrid_report *report);
+SJ_API void sj_hybrid_host_free(sj_hybrid_host *h);
+
+/* A hybrid matrix in device memory (same arrays as the host form; counter is one int32).
+ * owner and backup are 0 when layout.backup_rows is 0. */
+typedef struct sj_hybrid_device {
+    sj_hybrid_layout layout;
+    sj_devptr values, columns, nnz, slot, owner, backup, counter;
+} sj_hybrid_device;
+
+/* Allocates the arrays of layout (contents undefined until written). */
+SJ_API sj_status sj_hybrid_device_alloc(sj_context *ctx, const sj_hybrid_layout *layout, sj_hybrid_device *out);
+/* Allocates out and copies h into it. */
+SJ_API sj_status sj_hybrid_upload(sj_context *ctx, const sj_hybrid_host *h, sj_hybrid_device *out);
+/* Allocates out (host) and copies d into it (synchronous). */
+SJ_API sj_status sj_hybrid_download(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_host *out);
+/* Replaces d's backup (and owner) by one of backup_rows rows (contents undefined): the growth of
+ * a backup that was too small. The rest of d is kept. */
+SJ_API sj_status sj_hybrid_device_grow(sj_context *ctx, sj_hybrid_device *d, int64_t backup_rows);
+SJ_API sj_status sj_hybrid_device_free(sj_context *ctx, sj_hybrid_device *d);
+/* Where the rows of d went (copies nnz, slot and the counter back; synchronous). */
+SJ_API sj_status sj_hybrid_report_device(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_report *report);
+
+/* The hybrid-gate problem writing a matrix of layout from d_model inputs: m = rows (tokens),
+ * n = cols (d_ff), k = d_model, twell_tile = cols (a row is one tile), twell_capacity = W,
+ * dtype = out_dtype = layout's; twell_sparsity unspecified (0): set it to the sparsity tuned for
+ * so the op finds that winner. */
+SJ_API sj_status sj_hybrid_gate_problem(const sj_hybrid_layout *layout, int64_t d_model, sj_problem *out);
+/* H = relu(X . Wg) in the hybrid format, the partition decided on the GPU: X tokens x d_model,
+ * WgT d_ff x d_model (problem->dtype, 16-byte aligned, d_model a multiple of 8); H of the
+ * problem's layout. The call zeroes H's counts, counter and backup and sets its slots to -1 on
+ * the stream, then launches the gate (templates/hybrid_gate.lua), whose epilogue writes the ELL,
+ * claims backup rows with an atomic counter and writes overflow rows' rest there. Asynchronous:
+ * when more rows overflow than the backup holds, the surplus rows are unplaced and every reader
+ * refuses the matrix; sj_hybrid_report_device tells, sj_hybrid_gate_complete handles it. */
+SJ_API sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                                const sj_hybrid_device *H, void *stream);
+/* sj_hybrid_gate, then the counter read back (synchronous); when rows were left unplaced the
+ * backup grows to every overflow row (sj_hybrid_device_grow) and the gate runs again, so no row
+ * is ever dropped. report (may be NULL): where the rows went; *relaunched (may be NULL): 1 when
+ * the backup had to grow. */
+SJ_API sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
+                                         sj_hybrid_device *H, sj_hybrid_report *report, int *relaunched,
+                                         void *stream);
+
+/* The training step of the ReLU FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) per token, in
+ * fp64 on the host: the reference the device products are checked against (docs/training.md,
+ * "Training with sparse activations", writes the autograd math out). Storage as the TwELL
+ * ops': X and dY tokens x d_model; WgT, WuT, Wd d_ff x d_model (row j: unit j's weights), all
+ * 16-bit of dtype, row-major. It runs the sparse formulation: the gate g = X . Wg is the only
+ * dense product; everything else visits the active pairs (token t, unit j) with g > 0 only:
+ *   forward  u = x . WuT[j], h = g u at active pairs; Y[t] = sum_j h Wd[j];
+ *   backward dh = dY[t] . Wd[j] at active pairs only (a sampled product); du = dh g; dg = dh u;
+ *            dX[t] = sum_j dg WgT[j] + du WuT[j];  dWgT[j] = sum_t dg X[t];
+ *            dWuT[j] = sum_t du X[t];  dWd[j] = sum_t h dY[t].
+ * Outputs in the layouts of the values they are gradients of (the caller's arrays, fp64). */
+typedef struct sj_hybrid_ffn_step {
+    double *Y, *dX;              /* tokens x d_model */
+    double *dWgT, *dWuT, *dWd;   /* d_ff x d_model */
+    int64_t active;              /* active (token, unit) pairs: g > 0 */
+} sj_hybrid_ffn_step;
+
+SJ_API sj_status sj_hybrid_ffn_step_host(sj_dtype dtype, int64_t tokens, int64_t d_model, int64_t d_ff,
+                                         const void *X, const void *WgT, const void *WuT, const void *Wd,
+                                         const void *dY, sj_hybrid_ffn_step *out);
 
 /* ---------------------------------------------------------------- tuner */
 

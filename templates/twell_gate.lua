@@ -143,23 +143,6 @@ local function bytes(problem)
   return (problem.M + problem.N) * problem.K * 2 + tiles * 4
 end
 
--- The wgmma instruction of one warpgroup: D(64 x BN, fp32) += A(desc) . B(desc).
-local function wgmma_fn(dt, BN)
-  local n = BN // 2
-  local regs, cons = {}, {}
-  for i = 0, n - 1 do
-    regs[#regs + 1] = "%" .. i
-    cons[#cons + 1] = string.format('"+f"(d[%d][%d])', i // 4, i % 4)
-  end
-  return string.format([[
-__device__ __forceinline__ void sj_wgmma_n%d(float d[%d][4], unsigned long long da, unsigned long long db, int acc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %%%d, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\n}\n"
-    : %s
-    : "l"(da), "l"(db), "r"(acc)); }
-]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, table.concat(regs, ","), n, n + 1, table.concat(cons, ", "))
-end
-
 -- WG=2 may split the units of a short last round into column halves (sj_gate_items below): a
 -- half is BN/2 columns, whole TwELL tiles and whole 64-row boxes of WgT per CTA of the cluster.
 local function halves(problem, cfg)
@@ -176,10 +159,10 @@ local function generate(problem, cfg)
     GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, THREADS = threads_of(cfg), WARPS = warps,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
     ctype = dt.ctype, pack2 = dt.pack2,
-    wgmma = cfg.WG >= 1 and wgmma_fn(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
+    wgmma = cfg.WG >= 1 and sync.wgmma(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
     BAR_OFF = bar_offset(cfg), HALVES = halves(problem, cfg) and 1 or 0,
   }
-  if env.HALVES == 1 then env.wgmma = env.wgmma .. wgmma_fn(dt, cfg.BN // 2) end
+  if env.HALVES == 1 then env.wgmma = env.wgmma .. sync.wgmma(dt, cfg.BN // 2) end
   env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d", problem.dtype, problem.T,
                             problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER)
   local variant = cfg.WG == 2 and tma or sync
