@@ -2,10 +2,10 @@
  * pattern language, written for it so that matching is charged to the sandbox's CPU budget.
  * The stock functions backtrack in C where no count hook reaches them: a pattern like
  * ("a"):rep(30) .. "b" against (".-"):rep(30) runs for minutes. Here every match step is
- * counted and handed to sandbox_charge, which raises once the instruction or wall-clock limit
- * of the template call is spent. Recursion depth is bounded as in Lua ("pattern too complex"). */
+ * counted and handed to the budget the sandbox installed with the functions (patterns_budget),
+ * which raises once the instruction or wall-clock limit of the template call is spent; the
+ * sandbox passes it down, so this file needs nothing of the sandbox's. Recursion depth is bounded as in Lua ("pattern too complex"). */
 #include "generator/lua_patterns.h"
-#include "generator/lua_sandbox.h"
 
 #include <ctype.h>
 #include <lauxlib.h>
@@ -13,13 +13,14 @@
 
 #define PATTERN_MAX_CAPTURES 32
 #define PATTERN_MAX_DEPTH 200
-#define PATTERN_CHARGE_EVERY 4096 /* steps between calls to sandbox_charge */
+#define PATTERN_CHARGE_EVERY 4096 /* steps between calls to the budget */
 #define CAP_UNFINISHED (-1)
 #define CAP_POSITION (-2)
 #define SPECIALS "^$*+?.([%-"
 
 typedef struct matcher {
     lua_State *L;
+    const patterns_budget *budget;
     const char *src, *src_end, *pat_end;
     int depth, level;
     unsigned steps;
@@ -30,7 +31,7 @@ static void step(matcher *m, unsigned n)
 {
     m->steps += n;
     if (m->steps >= PATTERN_CHARGE_EVERY) {
-        sandbox_charge(m->L, m->steps);
+        m->budget->charge(m->L, m->steps);
         m->steps = 0;
     }
 }
@@ -41,9 +42,15 @@ static void reset(matcher *m)
     m->depth = PATTERN_MAX_DEPTH;
 }
 
+/* The registry key of the budget patterns_install was given. */
+static const char budget_key = 0;
+
 static void start(matcher *m, lua_State *L, const char *s, size_t ls, const char *p, size_t lp)
 {
     m->L = L;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &budget_key);
+    m->budget = lua_touserdata(L, -1);
+    lua_pop(L, 1);
     m->src = s;
     m->src_end = s + ls;
     m->pat_end = p + lp;
@@ -518,8 +525,10 @@ static int l_gsub(lua_State *L)
     return 2;
 }
 
-void patterns_install(lua_State *L, int string_table)
+void patterns_install(lua_State *L, int string_table, const patterns_budget *budget)
 {
+    lua_pushlightuserdata(L, (void *)budget);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &budget_key);
     static const luaL_Reg fns[] = {
         { "find", l_find }, { "match", l_match }, { "gmatch", l_gmatch }, { "gsub", l_gsub }, { NULL, NULL },
     };

@@ -109,6 +109,9 @@ void sandbox_charge(lua_State *L, unsigned long long steps)
     if (s->tripped) luaL_error(L, "%s", s->trip_msg);
 }
 
+/* The string library's pattern functions (lua_patterns.c) charge their match steps here. */
+static const patterns_budget pattern_budget = { sandbox_charge };
+
 static void count_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
@@ -319,7 +322,7 @@ static int setup_state(lua_State *L)
     for (size_t i = 0; i < sizeof libs / sizeof *libs; i++) {
         lua_getglobal(L, libs[i].name);
         push_copy(L, -1, libs[i].exclude);
-        if (!strcmp(libs[i].name, "string")) patterns_install(L, -1);
+        if (!strcmp(libs[i].name, "string")) patterns_install(L, -1, &pattern_budget);
         lua_setfield(L, sb, libs[i].name);
         lua_pop(L, 1);
     }

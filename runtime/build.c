@@ -92,3 +92,28 @@ void rt_module_unload(loaded_kernel *k)
     k->module = NULL;
     k->function = NULL;
 }
+
+/* ------------------------------------------------------------------ the public entry points */
+
+sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config, sj_generated **out)
+{
+    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
+    *out = NULL;
+    sj_status st = sj_problem_validate(problem);
+    if (st != SJ_OK) return st;
+    const char *tname;
+    if ((st = op_template(problem->op, &tname)) != SJ_OK) return st;
+    return rt_generate(ctx, problem, tname, config, out);
+}
+
+sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
+{
+    if (!ctx || !g || !cubin || !cubin_size)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
+    cache_kernel ck;
+    sj_status st = build_compile(g, ctx->arch, &ck, log);
+    rt_count_compile(ctx, ck.compile_seconds);
+    *cubin = ck.cubin;
+    *cubin_size = ck.cubin_size;
+    return st;
+}

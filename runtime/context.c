@@ -1,6 +1,7 @@
 /* context.c: the sparsejit context: device discovery through the driver API (or a compile-only
- * context without a GPU), device info, counters, device memory helpers, and the public
- * generate/compile entry points. A context is used by one thread at a time. */
+ * context without a GPU), device info, counters, device memory helpers, forced configs, the log
+ * and the clock the layers above time with. A context is used by one thread at a time. It calls
+ * nothing else of runtime/: build.c and kernel.c build on it. */
 #include "core/op.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
@@ -10,6 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* Monotonic seconds, for the counters and the tuner's budgets. */
+double rt_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 void sj_context_options_init(sj_context_options *o)
 {
@@ -334,31 +344,6 @@ sj_status sj_synchronize(sj_context *ctx)
     if (st != SJ_OK) return st;
     CU_CHECK(cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)");
     return SJ_OK;
-}
-
-/* ------------------------------------------------------------------ generate and compile */
-
-sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config, sj_generated **out)
-{
-    if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
-    *out = NULL;
-    sj_status st = sj_problem_validate(problem);
-    if (st != SJ_OK) return st;
-    const char *tname;
-    if ((st = op_template(problem->op, &tname)) != SJ_OK) return st;
-    return rt_generate(ctx, problem, tname, config, out);
-}
-
-sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
-{
-    if (!ctx || !g || !cubin || !cubin_size)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
-    cache_kernel ck;
-    sj_status st = build_compile(g, ctx->arch, &ck, log);
-    rt_count_compile(ctx, ck.compile_seconds);
-    *cubin = ck.cubin;
-    *cubin_size = ck.cubin_size;
-    return st;
 }
 
 sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config)
