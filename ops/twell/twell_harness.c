@@ -202,7 +202,7 @@ static sj_status ffn_reference(harness *h)
           *wd = malloc(sizeof *wd * (size_t)D);
     double *y = calloc((size_t)(rows * D), sizeof *y);
     int64_t *row = malloc(sizeof *row * (size_t)rows), *active = malloc(sizeof *active * (size_t)rows);
-    uint16_t *bits = malloc(sizeof *bits * (size_t)(D > rows ? D : rows)), *hv = malloc(sizeof *hv * (size_t)rows);
+    uint16_t *bits = malloc(sizeof *bits * (size_t)D), *hv = malloc(sizeof *hv * (size_t)rows);
     sj_status st = SJ_OK;
     if (!h->reference || !x || !wu || !wd || !y || !row || !active || !bits || !hv) {
         st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference of %lld rows",
