@@ -98,6 +98,11 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
     if (st != SJ_OK) return st;
     double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS];
     int n_cb = 0;
+    /* the baseline's buffers, written once, timed every round; one that cannot open leaves the
+     * benchmark's own timing standing, and the row says why it has no baseline */
+    cublas_baseline *bl = NULL;
+    if (o->cublas && cublas_baseline_open(t->ctx, p->dtype, out->n_baseline, out->baseline, &bl) != SJ_OK)
+        snprintf(out->cublas_error, sizeof out->cublas_error, "%s", sj_last_error());
     for (int r = 0; r < o->rounds && st == SJ_OK; r++) {
         measure_result mr;
         if ((st = measure_run(&ms, &o->measure, target_launch, t, &mr)) != SJ_OK) break;
@@ -105,13 +110,14 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
         p20[r] = mr.p20_us;
         p80[r] = mr.p80_us;
         out->run.reps = mr.reps;
-        if (!o->cublas || out->cublas_error[0]) continue;
+        if (!bl || out->cublas_error[0]) continue;
         measure_result cr;
-        if (cublas_baseline_time(t->ctx, p->dtype, out->n_baseline, out->baseline, &o->measure, &cr) == SJ_OK)
+        if (cublas_baseline_run(bl, &o->measure, &cr) == SJ_OK)
             cb[n_cb++] = cr.median_us;
-        else /* the benchmark's own timing stands; the row says why it has no baseline */
+        else
             snprintf(out->cublas_error, sizeof out->cublas_error, "%s", sj_last_error());
     }
+    cublas_baseline_close(bl);
     measure_end(&ms);
     if (st != SJ_OK) return st;
     out->run.median_us = median_of(us, o->rounds);

@@ -1,12 +1,15 @@
 /* cublas_baseline.c: the dense work that sparse kernels are compared against, timed with the
  * tuner's method (measure.c) on random row-major data: cuBLAS GEMMs and, between a dense FFN's
- * GEMMs, its element-wise product (templates/ewise_product.lua; cuBLAS has none). libcublas.so.13
+ * GEMMs, its element-wise product (templates/ewise_product.lua; cuBLAS has none). The data is
+ * written on the device by the counter-based generator (random_fill.h) once per baseline opened,
+ * and a bench's rounds time the same buffers again. libcublas.so.13
  * is dlopen'ed on first use, so the library loads and works without it and only this call
  * reports its absence. */
 #include "tuner/tuner.h"
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
+#include "tuner/random_fill.h"
 
 #include <cublas_api.h>
 #include <dlfcn.h>
@@ -130,16 +133,19 @@ static const char *step_problem(const baseline_step *s)
     return NULL;
 }
 
-/* Allocates a step's buffers and, for a product, builds its kernel (through the request path,
- * under its own template: compiled once per shape, then from the cache). */
-static sj_status step_open(sj_context *ctx, sj_dtype dtype, uint64_t *rng, step_buffers *b)
+/* Allocates a step's buffers, writes its inputs on the device and, for a product, builds its
+ * kernel (through the request path, under its own template: compiled once per shape, then from
+ * the cache). */
+static sj_status step_open(sj_context *ctx, sj_dtype dtype, int i, step_buffers *b)
 {
     const baseline_step *s = &b->s;
     int gemm = s->kind == BASELINE_GEMM;
-    size_t a_count = (size_t)s->m * (size_t)(gemm ? s->k : s->n), b_count = (size_t)(gemm ? s->k : s->m) * (size_t)s->n;
+    const crng_matrix A = { dtype, crng_key(0x243f6a8885a308d3ull, (uint64_t)(2 * i)), s->m, gemm ? s->k : s->n, NULL };
+    const crng_matrix B = { dtype, crng_key(0x243f6a8885a308d3ull, (uint64_t)(2 * i + 1)), gemm ? s->k : s->m, s->n,
+                            NULL };
     sj_status st;
-    if ((st = harness_random_device16(ctx, dtype, a_count, rng, &b->A)) != SJ_OK ||
-        (st = harness_random_device16(ctx, dtype, b_count, rng, &b->B)) != SJ_OK ||
+    if ((st = random_device_matrix(ctx, &A, 0, &b->A)) != SJ_OK ||
+        (st = random_device_matrix(ctx, &B, 0, &b->B)) != SJ_OK ||
         (st = sj_malloc(ctx, (size_t)s->m * (size_t)s->n * 2, &b->C)) != SJ_OK || gemm)
         return st;
     sj_problem p;
@@ -148,12 +154,30 @@ static sj_status step_open(sj_context *ctx, sj_dtype dtype, uint64_t *rng, step_
     return st == SJ_OK ? SJ_OK : error_prefix(st, "the baseline's element-wise product");
 }
 
-sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
-                               const measure_options *opts, measure_result *out)
+struct cublas_baseline {
+    seq_run run;
+    step_buffers b[16];
+};
+
+void cublas_baseline_close(cublas_baseline *bl)
 {
-    if (!ctx || !steps || !out || n_steps < 1 || n_steps > 16)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_time: ctx, steps and out must be set and "
-                                                "n_steps in 1..16 (got %d)", n_steps);
+    if (!bl) return;
+    for (int i = 0; i < bl->run.n; i++) {
+        sj_free(bl->run.ctx, bl->b[i].A);
+        sj_free(bl->run.ctx, bl->b[i].B);
+        sj_free(bl->run.ctx, bl->b[i].C);
+    }
+    free(bl);
+}
+
+sj_status cublas_baseline_open(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
+                               cublas_baseline **out)
+{
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_open: out is NULL");
+    *out = NULL;
+    if (!ctx || !steps || n_steps < 1 || n_steps > 16)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: ctx and steps must be set and n_steps in 1..16 "
+                                                "(got %d)", n_steps);
     if (dtype != SJ_DTYPE_F16 && dtype != SJ_DTYPE_BF16)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: dtype must be f16 or bf16");
     for (int i = 0; i < n_steps; i++) {
@@ -166,32 +190,48 @@ sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, con
     if (st != SJ_OK) return st;
     cublasHandle_t handle = NULL;
     if ((st = get_handle(ctx, &handle)) != SJ_OK) return st;
-    cublasStatus_t cs = cb.cublasSetStream_v2(handle, NULL);
-    if (cs != CUBLAS_STATUS_SUCCESS) return cublas_fail(cs, "cublasSetStream");
-
-    step_buffers b[16];
-    memset(b, 0, sizeof b);
-    uint64_t rng = 0x243f6a8885a308d3ull;
+    cublas_baseline *bl = calloc(1, sizeof *bl);
+    if (!bl) return error_set(SJ_ERR_OUT_OF_MEMORY, "cuBLAS baseline: out of host memory");
+    bl->run = (seq_run){ ctx, handle, dtype == SJ_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F, 0, bl->b };
     for (int i = 0; i < n_steps && st == SJ_OK; i++) {
-        b[i].s = steps[i];
-        st = step_open(ctx, dtype, &rng, &b[i]);
+        bl->b[i].s = steps[i];
+        bl->run.n = i + 1; /* what close frees */
+        st = step_open(ctx, dtype, i, &bl->b[i]);
     }
+    if (st != SJ_OK) {
+        cublas_baseline_close(bl);
+        return st;
+    }
+    *out = bl;
+    return SJ_OK;
+}
+
+sj_status cublas_baseline_run(cublas_baseline *bl, const measure_options *opts, measure_result *out)
+{
+    if (!bl || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_run: baseline and out must be set");
+    /* the handle is the process's: bind it to the default stream again, as another user may not have */
+    cublasStatus_t cs = cb.cublasSetStream_v2(bl->run.handle, NULL);
+    if (cs != CUBLAS_STATUS_SUCCESS) return cublas_fail(cs, "cublasSetStream");
     measure_session ms;
-    int session = 0;
-    if (st == SJ_OK && (st = measure_begin(ctx, &ms)) == SJ_OK) session = 1;
-    if (st == SJ_OK) {
-        measure_options mo;
-        if (opts) mo = *opts;
-        else measure_options_init(&mo);
-        seq_run r = { ctx, handle, dtype == SJ_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F, n_steps, b };
-        st = measure_run(&ms, &mo, run_seq, &r, out);
-    }
-    if (session) measure_end(&ms);
-    for (int i = 0; i < n_steps; i++) {
-        sj_free(ctx, b[i].A);
-        sj_free(ctx, b[i].B);
-        sj_free(ctx, b[i].C);
-    }
+    sj_status st = measure_begin(bl->run.ctx, &ms);
+    if (st != SJ_OK) return st;
+    measure_options mo;
+    if (opts) mo = *opts;
+    else measure_options_init(&mo);
+    st = measure_run(&ms, &mo, run_seq, &bl->run, out);
+    measure_end(&ms);
+    return st;
+}
+
+sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
+                               const measure_options *opts, measure_result *out)
+{
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_time: out is NULL");
+    cublas_baseline *bl;
+    sj_status st = cublas_baseline_open(ctx, dtype, n_steps, steps, &bl);
+    if (st != SJ_OK) return st;
+    st = cublas_baseline_run(bl, opts, out);
+    cublas_baseline_close(bl);
     return st;
 }
 

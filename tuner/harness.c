@@ -1,6 +1,6 @@
 /* harness.c: the parts of the per-op harness that every op shares: choosing the op's harness,
  * the NaN-poisoned correctness gate against the reference (every element, or sampled rows for
- * the benches), the reference GEMM kernel itself, and seeded 16-bit inputs. */
+ * the benches), the reference GEMM kernel itself, 16-bit conversions and the laws of skewed units. */
 #include "tuner/harness.h"
 #include "core/op.h"
 #include "core/error.h"
@@ -284,12 +284,6 @@ double harness_next_unit(uint64_t *state)
     return (double)((s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
-void harness_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state)
-{
-    /* zero values are possible but never all */
-    for (size_t i = 0; i < n; i++) x[i] = harness_f32_to_16(dt, (float)((harness_next_unit(state) * 2.0 - 1.0) * scale));
-}
-
 /* Mean over units of min(c * w_j, cap). */
 static double capped_mean(const double *w, int64_t n, double c, double cap)
 {
@@ -348,16 +342,6 @@ sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_dev
         sj_free(ctx, *out);
         *out = 0;
     }
-    return st;
-}
-
-sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out)
-{
-    uint16_t *host = malloc(n * sizeof *host);
-    if (!host) return error_set(SJ_ERR_OUT_OF_MEMORY, "out of host memory for %zu random inputs", n);
-    harness_fill16(dtype, host, n, 1.0f, rng);
-    sj_status st = harness_upload(ctx, host, n * sizeof *host, out);
-    free(host);
     return st;
 }
 

@@ -35,7 +35,8 @@ typedef struct harness harness;
 
 typedef struct harness_ops {
     sj_op op;
-    /* Allocates random inputs (seeded, never zeros) and the output; sets h->out, h->out_count,
+    /* Allocates random inputs (seeded, never zeros; written on the device by tuner/random_fill.h
+     * unless a host format is built from them) and the output; sets h->out, h->out_count,
      * h->out_rows, h->out_dtype and h->state. */
     sj_status (*setup)(harness *h, uint64_t seed);
     /* Launches k once on stream (asynchronous), writing h->out. */
@@ -109,9 +110,8 @@ int harness_baseline_gemm(const sj_problem *p, baseline_step steps[BASELINE_MAX]
 sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, sj_devptr B, int64_t m, int64_t n,
                                  int64_t k, float *ref);
 
-/* Random 16-bit values of dtype in [-scale, scale), never all zero, from a seeded generator. */
-void harness_fill16(sj_dtype dtype, uint16_t *x, size_t n, float scale, uint64_t *state);
-/* The next value in [0, 1) of a seeded xorshift64* generator (state != 0). */
+/* The next value in [0, 1) of a seeded xorshift64* generator (state != 0): the order of the
+ * units of a skewed law. Matrices come from the counter-based generator (counter_rng.h). */
 double harness_next_unit(uint64_t *state);
 /* The firing rate of each of n units (d_ff columns) for generated TwELL inputs: all equal to
  * density when skew is 0; else unit of rank r in a random order fires at a rate proportional
@@ -125,8 +125,6 @@ sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *r
 sj_status harness_unit_shifts(double density, double skew, double sigma, int64_t n, uint64_t *rng, double *shift);
 /* A new device buffer holding `bytes` from host. */
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out);
-/* A new device buffer of n random 16-bit values of dtype, uniform in [-1, 1) (never zeros). */
-sj_status harness_random_device16(sj_context *ctx, sj_dtype dtype, size_t n, uint64_t *rng, sj_devptr *out);
 uint16_t harness_f32_to_16(sj_dtype dtype, float f);
 /* z with P(N(0,1) <= z) = q, by bisection (q in [0, 1]; clamped to +-10): the shift that makes a
  * ReLU input zero with probability q. */

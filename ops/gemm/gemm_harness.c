@@ -1,10 +1,11 @@
 /* gemm_harness.c: the harness of dense GEMM (C = A.B, row-major), the tuner's and every bench's:
- * random A and B on the device, a launch of a given kernel with the gemm ABI (A, B, C, M, N, K),
- * the reference from templates/gemm_reference.lua over the same inputs, and the same GEMM on
- * cuBLAS as the baseline. */
+ * random A and B written on the device (tuner/random_fill.h), a launch of a given kernel with
+ * the gemm ABI (A, B, C, M, N, K), the reference from templates/gemm_reference.lua over the
+ * same inputs, and the same GEMM on cuBLAS as the baseline. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
+#include "tuner/random_fill.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,11 @@ static sj_status gemm_setup(harness *h, uint64_t seed)
     gemm_state *s = calloc(1, sizeof *s);
     if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
-    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-    if (!rng) rng = 1;
+    const crng_matrix A = { p->dtype, crng_key(seed, 1), p->m, p->k, NULL };
+    const crng_matrix B = { p->dtype, crng_key(seed, 2), p->k, p->n, NULL };
     sj_status st;
-    if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->m * p->k), &rng, &s->A)) != SJ_OK) return st;
-    if ((st = harness_random_device16(h->ctx, p->dtype, (size_t)(p->k * p->n), &rng, &s->B)) != SJ_OK) return st;
+    if ((st = random_device_matrix(h->ctx, &A, 0, &s->A)) != SJ_OK) return st;
+    if ((st = random_device_matrix(h->ctx, &B, 0, &s->B)) != SJ_OK) return st;
     h->out_count = (size_t)(p->m * p->n);
     h->out_rows = p->m;
     h->out_dtype = p->out_dtype;

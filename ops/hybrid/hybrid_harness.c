@@ -1,7 +1,7 @@
 /* hybrid_harness.c: the harness of hybrid-gate, what the tuner and every bench of the op time,
  * check and count. Inputs: twell_gate_inputs (ops/twell/twell.h: X and Wg random, column 0 of X
  * all ones and of WgT each unit's bias, so H has the problem's sparsity and skew, or W/2
- * non-zeros a row when it is unspecified). The backup is sized from that law (backup_rows_for):
+ * non-zeros a row when it is unspecified), written on the device (tuner/random_fill.h). The backup is sized from that law (backup_rows_for):
  * a row overflows W rarely when it expects at most W/2 non-zeros, so rows / 8 rows (at least 16)
  * then; every row otherwise. A launch is the op's: the resets and the kernel. The output is read
  * back through sj_hybrid_download + sj_hybrid_to_dense (which validates it: an unplaced row or
@@ -51,30 +51,15 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     sj_hybrid_layout layout;
     sj_status st = sj_hybrid_layout_init(&layout, p->dtype, p->m, p->n, p->twell_capacity, backup_rows_for(p));
     if (st != SJ_OK) return st;
-    int64_t M = p->m, N = p->n, K = p->k;
-    uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
-             *WgT = malloc(sizeof *WgT * (size_t)(N * K));
-    if (!X || !Wg || !WgT) {
-        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
-                       (long long)N, (long long)K);
-        goto done;
+    twell_gate_law law;
+    if ((st = twell_gate_inputs(p, seed, &law)) != SJ_OK) return st;
+    if ((st = twell_gate_write(h->ctx, &law, &s->X, &s->WgT, &s->Wg)) == SJ_OK &&
+        (st = sj_hybrid_device_alloc(h->ctx, &layout, &s->H)) == SJ_OK) {
+        h->out_count = (size_t)(p->m * p->n);
+        h->out_rows = p->m;
+        h->out_dtype = p->dtype;
     }
-    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x3c6ef372fe94f82bull;
-    if ((st = twell_gate_inputs(p, rng ? &rng : &(uint64_t){ 1 }, X, WgT)) != SJ_OK) goto done;
-    for (int64_t kk = 0; kk < K; kk++) /* the reference kernel takes Wg as K x N */
-        for (int64_t j = 0; j < N; j++) Wg[kk * N + j] = WgT[j * K + kk];
-    if ((st = harness_upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
-        (st = harness_upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
-        (st = harness_upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
-        (st = sj_hybrid_device_alloc(h->ctx, &layout, &s->H)) != SJ_OK)
-        goto done;
-    h->out_count = (size_t)(M * N);
-    h->out_rows = M;
-    h->out_dtype = p->dtype;
-done:
-    free(X);
-    free(Wg);
-    free(WgT);
+    twell_gate_inputs_free(&law);
     return st;
 }
 

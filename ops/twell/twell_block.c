@@ -6,14 +6,17 @@
  * (tokens x d_model x d_model, d_ff, TwELL, sparsity, skew) and derives the gate's from it.
  *
  * Inputs: the gate harness's (twell_gate_inputs: X and Wg uniform in [-1, 1) with a bias that
- * gives relu(X . Wg) the problem's sparsity), Wu and Wd uniform. Its FLOPs are its parts'
- * harness counts, so the block and its two ops' benches agree. The check compares the sampled
- * rows of Y (harness_sample_row) with an fp64 host reference that recomputes the gate from X
- * and Wg, so a gate that wrote the wrong TwELL fails it too. Nothing here is tuned: the tuner
+ * gives relu(X . Wg) the problem's sparsity), Wu and Wd uniform, all written on the device by
+ * the counter-based generator. Its FLOPs are its parts' harness counts, so the block and its two
+ * ops' benches agree. The check compares the sampled rows of Y (harness_sample_row) with an fp64
+ * host reference that recomputes the gate from X and Wg, so a gate that wrote the wrong TwELL
+ * fails it too; the host generates the elements it reads (those rows of X, every unit's gate
+ * weights, the up and down weights of the units active there). Nothing here is tuned: the tuner
  * tunes the two ops, and the block runs their winners. */
 #include "tuner/bench.h"
 #include "core/error.h"
 #include "ops/twell/twell.h"
+#include "tuner/random_fill.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,9 +25,10 @@
 struct bench_case {
     sj_problem p;        /* the FFN's */
     sj_problem gate;
+    twell_gate_law law;  /* X and WgT, for check() */
+    crng_matrix WuT, Wd;
     sj_twell_device H;
-    sj_devptr X, WgT, WuT, Wd, Y;
-    uint16_t *hX, *hWgT, *hWuT, *hWd;   /* the host copies, for check() */
+    sj_devptr X, WgT, WuT_d, Wd_d, Y;
 };
 
 /* The block's gate problem: tokens x d_ff over d_model, H in the input dtype, the FFN's TwELL
@@ -42,13 +46,10 @@ static void teardown(sj_context *ctx, bench_case *c)
 {
     if (!c) return;
     sj_twell_device_free(ctx, &c->H);
-    sj_devptr ptrs[] = { c->X, c->WgT, c->WuT, c->Wd, c->Y };
+    sj_devptr ptrs[] = { c->X, c->WgT, c->WuT_d, c->Wd_d, c->Y };
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
         if (ptrs[i]) sj_free(ctx, ptrs[i]);
-    free(c->hX);
-    free(c->hWgT);
-    free(c->hWuT);
-    free(c->hWd);
+    twell_gate_inputs_free(&c->law);
     free(c);
 }
 
@@ -60,30 +61,15 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, benc
     c->p = *p;
     gate_problem(p, &c->gate);
     int64_t M = p->m, D = p->k, F = p->d_ff;
-    size_t xn = (size_t)(M * D), wn = (size_t)(F * D);
+    c->WuT = (crng_matrix){ p->dtype, crng_key(seed, TWELL_STREAM_WU), F, D, NULL };
+    c->Wd = (crng_matrix){ p->dtype, crng_key(seed, TWELL_STREAM_WD), F, D, NULL };
     sj_twell_layout layout;
     sj_status st = sj_problem_validate(&c->gate);
-    if (st == SJ_OK) st = sj_twell_layout_init(&layout, p->dtype, M, F, p->twell_tile, p->twell_capacity);
-    if (st == SJ_OK) {
-        c->hX = malloc(xn * sizeof *c->hX);
-        c->hWgT = malloc(wn * sizeof *c->hWgT);
-        c->hWuT = malloc(wn * sizeof *c->hWuT);
-        c->hWd = malloc(wn * sizeof *c->hWd);
-        if (!c->hX || !c->hWgT || !c->hWuT || !c->hWd)
-            st = error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell-ffn-block: no host memory for a %lld-token block of "
-                           "%lld x %lld", (long long)M, (long long)D, (long long)F);
-    }
-    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x510e527fade682d1ull;
-    if (!rng) rng = 1;
-    if (st == SJ_OK && (st = twell_gate_inputs(&c->gate, &rng, c->hX, c->hWgT)) == SJ_OK) {
-        harness_fill16(p->dtype, c->hWuT, wn, 1.0f, &rng);
-        harness_fill16(p->dtype, c->hWd, wn, 1.0f, &rng);
-    }
-    if (st != SJ_OK ||
-        (st = harness_upload(ctx, c->hX, xn * sizeof *c->hX, &c->X)) != SJ_OK ||
-        (st = harness_upload(ctx, c->hWgT, wn * sizeof *c->hWgT, &c->WgT)) != SJ_OK ||
-        (st = harness_upload(ctx, c->hWuT, wn * sizeof *c->hWuT, &c->WuT)) != SJ_OK ||
-        (st = harness_upload(ctx, c->hWd, wn * sizeof *c->hWd, &c->Wd)) != SJ_OK ||
+    if (st != SJ_OK || (st = sj_twell_layout_init(&layout, p->dtype, M, F, p->twell_tile, p->twell_capacity)) != SJ_OK ||
+        (st = twell_gate_inputs(&c->gate, seed, &c->law)) != SJ_OK ||
+        (st = twell_gate_write(ctx, &c->law, &c->X, &c->WgT, NULL)) != SJ_OK ||
+        (st = random_device_matrix(ctx, &c->WuT, 0, &c->WuT_d)) != SJ_OK ||
+        (st = random_device_matrix(ctx, &c->Wd, 0, &c->Wd_d)) != SJ_OK ||
         (st = sj_twell_device_alloc(ctx, &layout, &c->H)) != SJ_OK ||
         (st = sj_malloc(ctx, (size_t)(M * p->n) * sj_dtype_size(p->out_dtype), &c->Y)) != SJ_OK) {
         teardown(ctx, c);
@@ -97,40 +83,61 @@ static sj_status launch(sj_context *ctx, bench_case *c)
 {
     sj_status st = sj_twell_gate(ctx, &c->gate, c->X, c->WgT, &c->H, NULL);
     if (st != SJ_OK) return st;
-    return sj_twell_ffn(ctx, &c->p, c->X, &c->H, c->WuT, c->Wd, c->Y, NULL);
+    return sj_twell_ffn(ctx, &c->p, c->X, &c->H, c->WuT_d, c->Wd_d, c->Y, NULL);
 }
 
 /* The reference of the sampled rows in one pass over the d_ff units: h = relu(x . Wg[:, j])
- * rounded to the dtype as the gate stores it, then y += h (x . Wu[:, j]) Wd[j, :]. */
+ * rounded to the dtype as the gate stores it, then y += h (x . Wu[:, j]) Wd[j, :]. The rows'
+ * x are interleaved (xt[k * rows + i]) so the gate's dot products of all rows run side by side
+ * (the compiler vectorizes across rows; each row still sums in k order). */
 static sj_status reference(const bench_case *c, int rows, float *y_ref)
 {
     const sj_problem *p = &c->p;
     int64_t D = p->k, F = p->d_ff, M = p->m;
     const float *lut = harness_lut16(p->dtype);
-    double *x = malloc(sizeof *x * (size_t)(rows * D)), *y = calloc((size_t)(rows * D), sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell-ffn-block: no host memory for the reference");
+    double *xt = malloc(sizeof *xt * (size_t)(rows * D)), *y = calloc((size_t)(rows * D), sizeof *y);
+    double *wg = malloc(sizeof *wg * (size_t)D), *pre = malloc(sizeof *pre * (size_t)rows);
+    uint16_t *bits = malloc(sizeof *bits * (size_t)D), *wu = malloc(sizeof *wu * (size_t)D),
+             *wd = malloc(sizeof *wd * (size_t)D);
+    sj_status st = SJ_OK;
+    if (!xt || !y || !wg || !pre || !bits || !wu || !wd) {
+        st = error_set(SJ_ERR_OUT_OF_MEMORY, "bench twell-ffn-block: no host memory for the reference");
+        goto done;
     }
-    for (int i = 0; i < rows; i++)
-        for (int64_t k = 0; k < D; k++) x[i * D + k] = lut[c->hX[harness_sample_row(M, i) * D + k]];
+    for (int i = 0; i < rows; i++) {
+        crng_matrix_row(&c->law.X, harness_sample_row(M, i), bits);
+        for (int64_t k = 0; k < D; k++) xt[k * rows + i] = lut[bits[k]];
+    }
     for (int64_t j = 0; j < F; j++) {
-        const uint16_t *wg = c->hWgT + j * D, *wu = c->hWuT + j * D, *wd = c->hWd + j * D;
+        crng_matrix_row(&c->law.WgT, j, bits);
+        for (int64_t k = 0; k < D; k++) wg[k] = lut[bits[k]];
+        for (int i = 0; i < rows; i++) pre[i] = 0;
+        for (int64_t k = 0; k < D; k++)
+            for (int i = 0; i < rows; i++) pre[i] += xt[k * rows + i] * wg[k];
+        int have_weights = 0;
         for (int i = 0; i < rows; i++) {
-            double pre = 0;
-            for (int64_t k = 0; k < D; k++) pre += x[i * D + k] * lut[wg[k]];
-            float h = lut[harness_f32_to_16(p->dtype, pre > 0 ? (float)pre : 0.0f)];
+            float h = lut[harness_f32_to_16(p->dtype, pre[i] > 0 ? (float)pre[i] : 0.0f)];
             if (h == 0) continue;
+            if (!have_weights) { /* the unit fires in a checked row: its up and down weights */
+                crng_matrix_row(&c->WuT, j, wu);
+                crng_matrix_row(&c->Wd, j, wd);
+                have_weights = 1;
+            }
             double u = 0;
-            for (int64_t k = 0; k < D; k++) u += x[i * D + k] * lut[wu[k]];
+            for (int64_t k = 0; k < D; k++) u += xt[k * rows + i] * lut[wu[k]];
             for (int64_t k = 0; k < D; k++) y[i * D + k] += h * u * lut[wd[k]];
         }
     }
     for (int64_t i = 0; i < rows * D; i++) y_ref[i] = (float)y[i];
-    free(x);
+done:
+    free(xt);
     free(y);
-    return SJ_OK;
+    free(wg);
+    free(pre);
+    free(bits);
+    free(wu);
+    free(wd);
+    return st;
 }
 
 static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)

@@ -1,6 +1,9 @@
 /* twell_harness.c: the harnesses of the two TwELL ops of an FFN block, what the tuner and every
  * bench of twell-gate and twell-ffn time, check and count.
  *
+ * Inputs are written on the device by the counter-based generator (twell_inputs.c's laws,
+ * tuner/random_fill.h); nothing is generated on the host or uploaded whole.
+ *
  * twell-gate (H = relu(X . Wg) written as TwELL): X and Wg random, with a bias carried by
  * column 0 of X (all ones) and row 0 of Wg, chosen so that H has the problem's twell_sparsity
  * (timings depend on it; the cache key carries it; with twell_skew each unit has its own rate,
@@ -8,42 +11,25 @@
  * then hold C/2 on average and rarely overflow (twell_gate_inputs; the FFN block's bench takes
  * its inputs from there too). The output is read back through sj_twell_download +
  * sj_twell_to_dense (which also validates it), and compared with relu of
- * templates/gemm_reference.lua over the same X and Wg. Its baseline: the one dense GEMM.
+ * templates/gemm_reference.lua over the same X and Wg (generated transposed for it). Its
+ * baseline: the one dense GEMM.
  *
  * twell-ffn (Y = (H (.) (X . Wu)) . Wd): H random with that density (positive values, as a ReLU
- * gives), X, Wu, Wd random; the reference is computed on the host in fp64 over H's non-zeros
- * only (2 * nnz(H) * d_model multiply-adds), rounding h * u to the input dtype as the op does.
- * Its baseline: the up GEMM, the element-wise product with H and the down GEMM, all dense.
- * Kernel ABIs: templates/twell_gate.lua and templates/twell_ffn.lua. */
+ * gives; generated straight as TwELL), X, Wu, Wd random; the reference is computed on the host
+ * in fp64 over H's non-zeros only (2 * nnz(H) * d_model multiply-adds), rounding h * u to the
+ * input dtype as the op does, from the elements the host generator gives for the rows it checks
+ * and the units active there. Its baseline: the up GEMM, the element-wise product with H and
+ * the down GEMM, all dense. Kernel ABIs: templates/twell_gate.lua and templates/twell_ffn.lua. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/twell/twell.h"
 #include "ops/twell/twell_format.h"
+#include "tuner/random_fill.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Non-zero fraction of the generated activations: 1 - twell_sparsity (with at least 64 non-zeros
- * expected, so the reference has something to compare), else C/2 per tile of T on average. */
-static double target_density(const sj_problem *p)
-{
-    if (p->twell_sparsity > 0) {
-        double cells = (double)p->m * (double)(p->op == SJ_OP_TWELL_FFN ? p->d_ff : p->n);
-        double d = 1.0 - p->twell_sparsity, lo = 64.0 / cells;
-        return d < lo ? (lo < 1 ? lo : 1) : d;
-    }
-    double d = (double)p->twell_capacity / (2.0 * p->twell_tile);
-    double lo = 1.0 / p->twell_tile;
-    return d < lo ? lo : d > 0.5 ? 0.5 : d;
-}
-
-static uint64_t seed_state(uint64_t seed, uint64_t salt)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + salt;
-    return s ? s : 1;
-}
 
 /* ------------------------------------------------------------------ twell-gate */
 
@@ -65,26 +51,6 @@ static void gate_teardown(harness *h)
     h->state = NULL;
 }
 
-sj_status twell_gate_inputs(const sj_problem *gate, uint64_t *rng, uint16_t *X, uint16_t *WgT)
-{
-    int64_t M = gate->m, N = gate->n, K = gate->k;
-    harness_fill16(gate->dtype, X, (size_t)(M * K), 1.0f, rng);
-    harness_fill16(gate->dtype, WgT, (size_t)(N * K), 1.0f, rng);
-    if (K < 2) return SJ_OK; /* no column to spare for the bias: the law is relu's own, half zeros */
-    double *shift = malloc(sizeof *shift * (size_t)N);
-    if (!shift) return error_set(SJ_ERR_OUT_OF_MEMORY, "twell inputs: out of memory for %lld unit shifts", (long long)N);
-    /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit j's
-     * bias makes it fire at its rate (all alike unless the problem has a skew). */
-    sj_status st = harness_unit_shifts(target_density(gate), gate->twell_skew, sqrt((double)(K - 1) / 9.0), N, rng, shift);
-    if (st == SJ_OK) {
-        uint16_t one = harness_f32_to_16(gate->dtype, 1.0f);
-        for (int64_t r = 0; r < M; r++) X[r * K] = one;
-        for (int64_t j = 0; j < N; j++) WgT[j * K] = harness_f32_to_16(gate->dtype, (float)-shift[j]);
-    }
-    free(shift);
-    return st;
-}
-
 static sj_status gate_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
@@ -92,31 +58,15 @@ static sj_status gate_setup(harness *h, uint64_t seed)
     if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     sj_status st = sj_twell_layout_init(&s->layout, p->dtype, p->m, p->n, p->twell_tile, p->twell_capacity);
-    if (st != SJ_OK) return st;
-    int64_t M = p->m, N = p->n, K = p->k;
-    uint16_t *X = malloc(sizeof *X * (size_t)(M * K)), *Wg = malloc(sizeof *Wg * (size_t)(K * N)),
-             *WgT = malloc(sizeof *WgT * (size_t)(N * K));
-    if (!X || !Wg || !WgT) {
-        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lldx%lld gate", (long long)M,
-                     (long long)N, (long long)K);
-        goto done;
+    twell_gate_law law;
+    if (st != SJ_OK || (st = twell_gate_inputs(p, seed, &law)) != SJ_OK) return st;
+    if ((st = twell_gate_write(h->ctx, &law, &s->X, &s->WgT, &s->Wg)) == SJ_OK &&
+        (st = sj_twell_device_alloc(h->ctx, &s->layout, &s->H)) == SJ_OK) {
+        h->out_count = (size_t)(p->m * p->n);
+        h->out_rows = p->m;
+        h->out_dtype = p->dtype;
     }
-    uint64_t rng = seed_state(seed, 0x7f4a7c15f39cc060ull);
-    if ((st = twell_gate_inputs(p, &rng, X, WgT)) != SJ_OK) goto done;
-    for (int64_t kk = 0; kk < K; kk++) /* the reference kernel takes Wg as K x N */
-        for (int64_t j = 0; j < N; j++) Wg[kk * N + j] = WgT[j * K + kk];
-    if ((st = harness_upload(h->ctx, X, sizeof *X * (size_t)(M * K), &s->X)) != SJ_OK ||
-        (st = harness_upload(h->ctx, WgT, sizeof *WgT * (size_t)(N * K), &s->WgT)) != SJ_OK ||
-        (st = harness_upload(h->ctx, Wg, sizeof *Wg * (size_t)(K * N), &s->Wg)) != SJ_OK ||
-        (st = sj_twell_device_alloc(h->ctx, &s->layout, &s->H)) != SJ_OK)
-        goto done;
-    h->out_count = (size_t)(M * N);
-    h->out_rows = M;
-    h->out_dtype = p->dtype;
-done:
-    free(X);
-    free(Wg);
-    free(WgT);
+    twell_gate_inputs_free(&law);
     return st;
 }
 
@@ -186,21 +136,10 @@ const harness_ops harness_twell_gate = {
 /* ------------------------------------------------------------------ twell-ffn */
 
 typedef struct ffn_state {
+    twell_ffn_law law;       /* what the host reference generates its elements from */
     sj_twell_device H;
     sj_devptr X, WuT, Wd, Y;
-    /* host copies for the reference, freed once it is computed */
-    uint16_t *hX, *hH, *hWuT, *hWd;
-    int64_t nnz;
 } ffn_state;
-
-static void ffn_free_host(ffn_state *s)
-{
-    free(s->hX);
-    free(s->hH);
-    free(s->hWuT);
-    free(s->hWd);
-    s->hX = s->hH = s->hWuT = s->hWd = NULL;
-}
 
 static void ffn_teardown(harness *h)
 {
@@ -211,7 +150,7 @@ static void ffn_teardown(harness *h)
     sj_free(h->ctx, s->WuT);
     sj_free(h->ctx, s->Wd);
     sj_free(h->ctx, s->Y);
-    ffn_free_host(s);
+    twell_ffn_inputs_free(&s->law);
     free(s);
     h->state = NULL;
 }
@@ -224,44 +163,15 @@ static sj_status ffn_setup(harness *h, uint64_t seed)
     h->state = s;
     sj_twell_layout layout;
     sj_status st = sj_twell_layout_init(&layout, p->dtype, p->m, p->d_ff, p->twell_tile, p->twell_capacity);
-    if (st != SJ_OK) return st;
-    int64_t M = p->m, D = p->n, F = p->d_ff;
-    s->hX = malloc(sizeof *s->hX * (size_t)(M * D));
-    s->hH = malloc(sizeof *s->hH * (size_t)(M * F));
-    s->hWuT = malloc(sizeof *s->hWuT * (size_t)(F * D));
-    s->hWd = malloc(sizeof *s->hWd * (size_t)(F * D));
-    if (!s->hX || !s->hH || !s->hWuT || !s->hWd)
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lld-token FFN of %lld x %lld",
-                       (long long)M, (long long)D, (long long)F);
-    uint64_t rng = seed_state(seed, 0x5be0cd19137e2179ull);
-    harness_fill16(p->dtype, s->hX, (size_t)(M * D), 1.0f, &rng);
-    harness_fill16(p->dtype, s->hWuT, (size_t)(F * D), 1.0f, &rng);
-    harness_fill16(p->dtype, s->hWd, (size_t)(F * D), 1.0f, &rng);
-    double *rate = malloc(sizeof *rate * (size_t)F);
-    if (!rate) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %lld unit rates", (long long)F);
-    if ((st = harness_unit_rates(target_density(p), p->twell_skew, F, &rng, rate)) != SJ_OK) {
-        free(rate);
+    if (st != SJ_OK || (st = twell_ffn_inputs(p, seed, &s->law)) != SJ_OK) return st;
+    if ((st = random_device_matrix(h->ctx, &s->law.X, 0, &s->X)) != SJ_OK ||
+        (st = random_device_matrix(h->ctx, &s->law.WuT, 0, &s->WuT)) != SJ_OK ||
+        (st = random_device_matrix(h->ctx, &s->law.Wd, 0, &s->Wd)) != SJ_OK ||
+        (st = sj_twell_device_alloc(h->ctx, &layout, &s->H)) != SJ_OK ||
+        (st = random_fill_twell(h->ctx, &s->law.H, &s->H)) != SJ_OK)
         return st;
-    }
-    uint16_t zero = harness_f32_to_16(p->dtype, 0.0f);
-    for (int64_t i = 0; i < M * F; i++) {
-        /* positive values in (0, 1], as a ReLU writes them */
-        int on = harness_next_unit(&rng) < rate[i % F];
-        s->hH[i] = on ? harness_f32_to_16(p->dtype, (float)(1.0 - harness_next_unit(&rng))) : zero;
-        s->nnz += on;
-    }
-    free(rate);
-    sj_twell_host th;
-    if ((st = sj_twell_from_dense(&layout, s->hH, F, &th, NULL)) != SJ_OK) return st;
-    st = sj_twell_upload(h->ctx, &th, &s->H);
-    sj_twell_host_free(&th);
-    if (st != SJ_OK) return st;
-    if ((st = harness_upload(h->ctx, s->hX, sizeof *s->hX * (size_t)(M * D), &s->X)) != SJ_OK ||
-        (st = harness_upload(h->ctx, s->hWuT, sizeof *s->hWuT * (size_t)(F * D), &s->WuT)) != SJ_OK ||
-        (st = harness_upload(h->ctx, s->hWd, sizeof *s->hWd * (size_t)(F * D), &s->Wd)) != SJ_OK)
-        return st;
-    h->out_count = (size_t)(M * D);
-    h->out_rows = M;
+    h->out_count = (size_t)(p->m * p->n);
+    h->out_rows = p->m;
     h->out_dtype = p->out_dtype;
     if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->Y)) != SJ_OK) return st;
     h->out = s->Y;
@@ -276,52 +186,75 @@ static sj_status ffn_launch(harness *h, const loaded_kernel *k, void *stream)
 
 /* Host fp64 over the non-zeros of H: independent of every GPU code path. Every row for the
  * tuner's gate; the sampled rows for a bench, where all of them (2 * nnz(H) * d_model terms)
- * would take minutes at 90% sparsity and 8192 tokens. */
+ * would take minutes at 90% sparsity and 8192 tokens. One pass over the units: a unit's weight
+ * rows are generated only when it fires in a checked row, once for all of them; each row still
+ * sums its units in order, so a sampled row is the full reference's row bit for bit. */
 static sj_status ffn_reference(harness *h)
 {
     ffn_state *s = h->state;
     const sj_problem *p = &h->problem;
+    const twell_ffn_law *law = &s->law;
     int64_t M = p->m, D = p->n, F = p->d_ff;
     h->ref_sampled = h->mode == HARNESS_REFERENCE_SAMPLED;
     int64_t rows = h->ref_sampled ? harness_sample_count(M) : M;
     h->reference = malloc((size_t)(rows * D) * sizeof *h->reference);
-    double *x = malloc(sizeof *x * (size_t)D), *y = malloc(sizeof *y * (size_t)D);
-    if (!h->reference || !x || !y) {
-        free(x);
-        free(y);
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference");
+    float *x = malloc(sizeof *x * (size_t)(rows * D)), *wu = malloc(sizeof *wu * (size_t)D),
+          *wd = malloc(sizeof *wd * (size_t)D);
+    double *y = calloc((size_t)(rows * D), sizeof *y);
+    int64_t *row = malloc(sizeof *row * (size_t)rows), *active = malloc(sizeof *active * (size_t)rows);
+    uint16_t *bits = malloc(sizeof *bits * (size_t)D), *hv = malloc(sizeof *hv * (size_t)rows);
+    sj_status st = SJ_OK;
+    if (!h->reference || !x || !wu || !wd || !y || !row || !active || !bits || !hv) {
+        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the FFN reference of %lld rows",
+                       (long long)rows);
+        goto done;
     }
-    /* the table holds every 16-bit value exactly: the same sums as converting each element, at a
-     * fraction of the cost (2 * nnz(H) * d_model terms: billions for a large FFN) */
+    /* the table holds every 16-bit value exactly: the same sums as converting each element */
     const float *lut = harness_lut16(p->dtype);
     for (int64_t i = 0; i < rows; i++) {
-        int64_t r = h->ref_sampled ? harness_sample_row(M, (int)i) : i;
-        for (int64_t c = 0; c < D; c++) {
-            x[c] = lut[s->hX[r * D + c]];
-            y[c] = 0;
-        }
-        for (int64_t j = 0; j < F; j++) {
-            uint16_t hb = s->hH[r * F + j];
-            if (!twell_nonzero(hb)) continue;
-            const uint16_t *wu = s->hWuT + j * D, *wd = s->hWd + j * D;
-            double u = 0;
-            for (int64_t c = 0; c < D; c++) u += x[c] * lut[wu[c]];
-            double hu = lut[harness_f32_to_16(p->dtype, (float)(lut[hb] * u))];
-            for (int64_t c = 0; c < D; c++) y[c] += hu * lut[wd[c]];
-        }
-        for (int64_t c = 0; c < D; c++) h->reference[i * D + c] = (float)y[c];
+        row[i] = h->ref_sampled ? harness_sample_row(M, (int)i) : i;
+        crng_matrix_row(&law->X, row[i], bits);
+        for (int64_t c = 0; c < D; c++) x[i * D + c] = lut[bits[c]];
     }
+    for (int64_t j = 0; j < F; j++) {
+        int64_t n_active = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            uint16_t hb = crng_activation_at(&law->H, row[i], j);
+            if (!twell_nonzero(hb)) continue;
+            active[n_active] = i;
+            hv[n_active++] = hb;
+        }
+        if (!n_active) continue;
+        crng_matrix_row(&law->WuT, j, bits);
+        for (int64_t c = 0; c < D; c++) wu[c] = lut[bits[c]];
+        crng_matrix_row(&law->Wd, j, bits);
+        for (int64_t c = 0; c < D; c++) wd[c] = lut[bits[c]];
+        for (int64_t a = 0; a < n_active; a++) {
+            const float *xi = x + active[a] * D;
+            double *yi = y + active[a] * D, u = 0;
+            for (int64_t c = 0; c < D; c++) u += (double)xi[c] * wu[c];
+            double hu = lut[harness_f32_to_16(p->dtype, (float)(lut[hv[a]] * u))];
+            for (int64_t c = 0; c < D; c++) yi[c] += hu * wd[c];
+        }
+    }
+    for (int64_t i = 0; i < rows * D; i++) h->reference[i] = (float)y[i];
+done:
     free(x);
+    free(wu);
+    free(wd);
     free(y);
-    ffn_free_host(s);
-    return SJ_OK;
+    free(row);
+    free(active);
+    free(bits);
+    free(hv);
+    return st;
 }
 
 /* Useful work: up and down products at the active units only (the template's flops() is the
  * dense equivalent, which it reports because it cannot see the data). */
 static double ffn_flops(const sj_problem *p)
 {
-    return 4.0 * (double)p->m * (double)p->n * (double)p->d_ff * target_density(p);
+    return 4.0 * (double)p->m * (double)p->n * (double)p->d_ff * twell_target_density(p);
 }
 
 /* The dense products the fused FFN replaces: U = X . Wu, H (.) U, and Y = (H (.) U) . Wd. */

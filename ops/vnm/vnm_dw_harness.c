@@ -1,16 +1,18 @@
 /* vnm_dw_harness.c: the harness of the sampled weight gradient (vnm-dw: dW = dY . X^T at W's
  * kept slots, into W's value layout), the tuner's and every bench's (baseline: the dense GEMM
  * dY . X^T it samples, m x n over k tokens): a random W pruned to V:N:M on the host (its
- * metadata and index on the device), random dY (m x k) and X (n x k), a launch of a given kernel
- * with the vnm-dw ABI (dY, X, meta, index, dW values, M, N, K), and the reference:
- * templates/gemm_reference.lua's dense dY . X^T (with X^T, n x k transposed on the host, uploaded
- * for it alone), gathered into the value layout on the host through the host's compressed form.
+ * metadata and index on the device), random dY (m x k) and X (n x k) written on the device
+ * (tuner/random_fill.h), a launch of a given kernel with the vnm-dw ABI (dY, X, meta, index,
+ * dW values, M, N, K), and the reference:
+ * templates/gemm_reference.lua's dense dY . X^T (with X^T, k x n, generated transposed for it
+ * alone), gathered into the value layout on the host through the host's compressed form.
  * It shares neither the gathering of X nor the epilogue's slot choice with the kernel. The output
  * is every value slot (padding ones are 0), so the poisoned buffer catches any slot not written. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "ops/vnm/vnm_format.h"
 #include "runtime/runtime.h"
+#include "tuner/random_fill.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,26 +43,23 @@ static sj_status dw_setup(harness *h, uint64_t seed)
     sj_vnm_layout layout;
     sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->n);
     if (st != SJ_OK) return st;
-    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x7f4a7c159e3779b9ull;
-    if (!rng) rng = 1;
-    const size_t w_count = (size_t)(p->m * p->n), dy_count = (size_t)(p->m * p->k), x_count = (size_t)(p->n * p->k);
-    uint16_t *W = malloc(w_count * 2), *dY = malloc(dy_count * 2), *X = malloc(x_count * 2), *Xt = malloc(x_count * 2);
-    if (!W || !dY || !X || !Xt) {
+    /* W is pruned and compressed on the host; dY, X and X^T are written on the device */
+    const crng_matrix Wg = { p->dtype, crng_key(seed, 1), p->m, p->n, NULL };
+    const crng_matrix dYg = { p->dtype, crng_key(seed, 2), p->m, p->k, NULL };
+    const crng_matrix Xg = { p->dtype, crng_key(seed, 3), p->n, p->k, NULL };
+    uint16_t *W = malloc((size_t)(p->m * p->n) * sizeof *W);
+    if (!W) {
         st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M weight over %lld tokens",
                        (long long)p->m, (long long)p->n, (long long)p->k);
         goto done;
     }
-    harness_fill16(p->dtype, W, w_count, 1.0f, &rng);
-    harness_fill16(p->dtype, dY, dy_count, 1.0f, &rng);
-    harness_fill16(p->dtype, X, x_count, 1.0f, &rng);
-    for (int64_t c = 0; c < p->n; c++)
-        for (int64_t t = 0; t < p->k; t++) Xt[t * p->n + c] = X[c * p->k + t];
+    crng_matrix_fill(&Wg, W);
     if ((st = sj_vnm_compress(&layout, W, p->n, SJ_VNM_PRUNE_L2, &s->w)) != SJ_OK) goto done;
     if ((st = harness_upload(h->ctx, s->w.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
         (st = harness_upload(h->ctx, s->w.index, layout.index_bytes, &s->index)) != SJ_OK ||
-        (st = harness_upload(h->ctx, dY, dy_count * 2, &s->dY)) != SJ_OK ||
-        (st = harness_upload(h->ctx, X, x_count * 2, &s->X)) != SJ_OK ||
-        (st = harness_upload(h->ctx, Xt, x_count * 2, &s->Xt)) != SJ_OK)
+        (st = random_device_matrix(h->ctx, &dYg, 0, &s->dY)) != SJ_OK ||
+        (st = random_device_matrix(h->ctx, &Xg, 0, &s->X)) != SJ_OK ||
+        (st = random_device_matrix(h->ctx, &Xg, 1, &s->Xt)) != SJ_OK)
         goto done;
     h->out_count = layout.values_bytes / 2;
     h->out_rows = vnm_rows_padded(&layout);
@@ -69,9 +68,6 @@ static sj_status dw_setup(harness *h, uint64_t seed)
     h->out = s->dW;
 done:
     free(W);
-    free(dY);
-    free(X);
-    free(Xt);
     return st;
 }
 

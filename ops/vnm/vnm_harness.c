@@ -1,6 +1,6 @@
 /* vnm_harness.c: the harness of V:N:M SpMM (C = alpha * A_vnm . B + beta * C), the tuner's and
  * every bench's (baseline: the dense GEMM of the same shape): a random dense A pruned to V:N:M
- * by magnitude and compressed on the host, random B, a launch of a given kernel with the vnm-spmm
+ * by magnitude and compressed on the host, random B written on the device, a launch of a given kernel with the vnm-spmm
  * ABI (values, meta, B rows, B, C, M, N, K, alpha, beta), and the
  * reference: templates/gemm_reference.lua over the *decompressed* dense A, so the gate shares
  * neither the format's device path nor the sparse kernel's arithmetic. beta = 0 (C not read),
@@ -8,6 +8,7 @@
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
+#include "tuner/random_fill.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,26 +46,26 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
     sj_vnm_layout layout;
     sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->k);
     if (st != SJ_OK) return st;
-    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 0x3c6ef372fe94f82bull;
-    if (!rng) rng = 1;
-    size_t a_count = (size_t)(p->m * p->k), b_count = (size_t)(p->k * p->n);
-    uint16_t *A = malloc(a_count * sizeof *A), *B = malloc(b_count * sizeof *B);
+    /* A is pruned and compressed on the host; B goes straight to the device */
+    const crng_matrix Ag = { p->dtype, crng_key(seed, 1), p->m, p->k, NULL };
+    const crng_matrix Bg = { p->dtype, crng_key(seed, 2), p->k, p->n, NULL };
+    size_t a_count = (size_t)(p->m * p->k);
+    uint16_t *A = malloc(a_count * sizeof *A);
     sj_vnm_host packed;
     memset(&packed, 0, sizeof packed);
-    if (!A || !B) {
+    if (!A) {
         st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M problem", (long long)p->m,
                      (long long)p->k);
         goto done;
     }
-    harness_fill16(p->dtype, A, a_count, 1.0f, &rng);
-    harness_fill16(p->dtype, B, b_count, 1.0f, &rng);
+    crng_matrix_fill(&Ag, A);
     if ((st = sj_vnm_compress(&layout, A, p->k, SJ_VNM_PRUNE_L2, &packed)) != SJ_OK) goto done;
     /* A now becomes the pruned dense matrix the compressed form stands for. */
     if ((st = sj_vnm_decompress(&packed, A, p->k)) != SJ_OK) goto done;
     if ((st = harness_upload(h->ctx, packed.values, layout.values_bytes, &s->values)) != SJ_OK ||
         (st = harness_upload(h->ctx, packed.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
         (st = harness_upload(h->ctx, packed.index, layout.index_bytes, &s->index)) != SJ_OK ||
-        (st = harness_upload(h->ctx, B, b_count * sizeof *B, &s->B)) != SJ_OK ||
+        (st = random_device_matrix(h->ctx, &Bg, 0, &s->B)) != SJ_OK ||
         (st = harness_upload(h->ctx, A, a_count * sizeof *A, &s->A_dense)) != SJ_OK)
         goto done;
     h->out_count = (size_t)(p->m * p->n);
@@ -75,7 +76,6 @@ static sj_status vnm_setup(harness *h, uint64_t seed)
 done:
     sj_vnm_host_free(&packed);
     free(A);
-    free(B);
     return st;
 }
 
