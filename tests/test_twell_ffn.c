@@ -499,6 +499,7 @@ static void test_default_follows_sparsity(void **state)
         { 8192, 4096, 11008, 0.99, 2, 16 }, { 8192, 4096, 11008, 0.95, 2, 16 }, { 8192, 4096, 11008, 0.999, 0, 0 },
         { 8192, 4096, 11008, 0.90, 2, 16 }, { 8192, 4096, 11008, 0.80, 0, 0 }, { 8192, 4096, 11008, 0, 0, 0 },
         { 8192, 2048, 5632, 0.99, 2, 16 }, { 2048, 2048, 5632, 0.99, 2, 8 }, { 2048, 4096, 11008, 0.95, 2, 8 },
+        { 8192, 2048, 5632, 0.995, 2, 16 }, { 8192, 2048, 5632, 0.996, 0, 0 },
         { 1024, 2048, 5632, 0.99, 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -523,6 +524,70 @@ static void test_default_follows_sparsity(void **state)
     SJ_ASSERT_OK(sj_generate(ctx80, &p, NULL, &g));
     assert_int_equal(tu_config_value(g->config, "ALGO"), 0);
     sj_generated_free(g);
+}
+
+/* The untuned default against the FFN block timed on GPUs per algorithm (tests/data/
+ * twell_ffn_block.csv: per GPU, shape, sparsity and ALGO, that algorithm's best-known config, its
+ * block time and cuBLAS's dense block in the same process). At every recorded shape and sparsity
+ * the default's algorithm must be the fastest against cuBLAS on each GPU, or within 3% of it
+ * (the spread between processes, bench/NOTES.md). */
+static void test_default_matches_recorded_timings(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/twell_ffn_block.csv", tu_source_dir());
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    struct row { char gpu[16]; int64_t M, D, F; double sparsity; int algo; double speedup; } rows[128];
+    int n = 0;
+    char line[512];
+    if (!fgets(line, sizeof line, f)) fail_msg("%s is empty", path);   /* the header */
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (n == (int)(sizeof rows / sizeof *rows)) fail_msg("%s: more than %d rows", path, n);
+        struct row *r = &rows[n];
+        long long M, D, F;
+        double block_us, cublas_us;
+        if (sscanf(line, "%15[^,],%lld,%lld,%lld,%lf,%d,%lf,%lf", r->gpu, &M, &D, &F, &r->sparsity, &r->algo, &block_us,
+                   &cublas_us) != 8 || block_us <= 0 || cublas_us <= 0)
+            fail_msg("%s: malformed row: %s", path, line);
+        r->M = M, r->D = D, r->F = F, r->speedup = cublas_us / block_us;
+        n++;
+    }
+    fclose(f);
+    int groups = 0;
+    for (int i = 0; i < n; i++) {
+        int first = 1, algos = 0;   /* check a group once, at its first row */
+        double best = 0, chosen = -1;
+        sj_problem p = ffn_problem(SJ_DTYPE_BF16, SJ_DTYPE_BF16, rows[i].M, rows[i].D, rows[i].F, 128, 16);
+        p.twell_sparsity = rows[i].sparsity;
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(sj_generate(ctx90, &p, NULL, &g));
+        int algo = tu_config_value(g->config, "ALGO");
+        sj_generated_free(g);
+        for (int j = 0; j < n; j++) {
+            if (strcmp(rows[j].gpu, rows[i].gpu) || rows[j].M != rows[i].M || rows[j].D != rows[i].D ||
+                rows[j].F != rows[i].F || rows[j].sparsity != rows[i].sparsity)
+                continue;
+            if (j < i) first = 0;
+            algos++;
+            if (rows[j].speedup > best) best = rows[j].speedup;
+            if (rows[j].algo == algo) chosen = rows[j].speedup;
+        }
+        if (!first) continue;
+        if (algos < 2) fail_msg("%s: %s %lld x %lld / %lld at %g has one algorithm: nothing to compare", path, rows[i].gpu,
+                                (long long)rows[i].M, (long long)rows[i].D, (long long)rows[i].F, rows[i].sparsity);
+        if (chosen < 0)
+            fail_msg("%s %lld x %lld / %lld at %g: the default takes ALGO=%d, which has no recorded row", rows[i].gpu,
+                     (long long)rows[i].M, (long long)rows[i].D, (long long)rows[i].F, rows[i].sparsity, algo);
+        if (chosen < best / 1.03)
+            fail_msg("%s %lld x %lld / %lld at %g: the default takes ALGO=%d (%.2fx of cuBLAS), the fastest ran %.2fx",
+                     rows[i].gpu, (long long)rows[i].M, (long long)rows[i].D, (long long)rows[i].F, rows[i].sparsity, algo,
+                     chosen, best);
+        groups++;
+    }
+    assert_true(groups >= 4);
+    print_message("# %d recorded shapes and sparsities: the default takes the fastest algorithm at each\n", groups);
 }
 
 /* Each algorithm's own best config (gen_variant_configs), which the tuner measures first whatever
@@ -1053,6 +1118,7 @@ int main(void)
         cmocka_unit_test(test_ffn_down_groups_on_known_sms),
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_default_follows_sparsity),
+        cmocka_unit_test(test_default_matches_recorded_timings),
         cmocka_unit_test(test_variants_seed_every_algorithm),
         cmocka_unit_test(test_cache_key_carries_sparsity),
         cmocka_unit_test(test_unit_rates),
