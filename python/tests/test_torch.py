@@ -1,6 +1,7 @@
 """The PyTorch layer: fake (meta) implementations without a GPU, then on a GPU every op against a
-torch reference (fp64 where it matters), VNMLinear's gradients against dense autograd on the
-masked weight, a state_dict round trip, CUDA-graph capture of a forward and torch.compile of a
+torch reference (fp64 where it matters), VNMLinear's gradients (each backward: exact, double
+pruned, dense fallback) against fp64 autograd on the masked weight, the training ops' fake shapes
+and argument errors, a state_dict round trip, CUDA-graph capture of a forward and torch.compile of a
 small model. Skips, saying why, where torch or a GPU is missing."""
 from __future__ import annotations
 
@@ -31,6 +32,60 @@ def test_fake_shapes_without_a_gpu():
         assert e.shape == (100, 8, 16) and n.shape == (100, 8) and s.shape == (100, 1000)
         y = torch.ops.sparsejit.twell_ffn(x, e, n, s, w, w, 128, 16, 0.99, None)
         assert y.shape == (100, 256) and y.dtype == torch.bfloat16
+
+
+def test_training_ops_fake_shapes_without_a_gpu():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    rows, cols, tokens, vnm = 192, 320, 24, "64:2:8"
+    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, torch.bfloat16)
+    with FakeTensorMode():
+        values = torch.empty(nv, dtype=torch.bfloat16, device="cuda")
+        meta = torch.empty(nm, dtype=torch.int32, device="cuda")
+        index = torch.empty(ni, dtype=torch.int32, device="cuda")
+        dy = torch.empty(rows, tokens, dtype=torch.bfloat16, device="cuda")
+        x = torch.empty(cols, tokens, dtype=torch.bfloat16, device="cuda")
+        dw = torch.ops.sparsejit.vnm_dw(dy, x, meta, index, rows, cols, vnm, torch.float32)
+        assert dw.shape == (nv,) and dw.dtype == torch.float32
+        dx = torch.ops.sparsejit.vnm_dx_exact(values, meta, index, dy, rows, cols, vnm, None)
+        assert dx.shape == (cols, tokens) and dx.dtype == torch.bfloat16
+        v2, m2, i2 = torch.ops.sparsejit.vnm_double_prune(values, meta, index, rows, cols, vnm)
+        assert (v2.shape[0], m2.shape[0], i2.shape[0]) == sparsejit.ops.vnm_sizes(cols, rows, vnm, torch.bfloat16)
+        assert v2.dtype == torch.bfloat16 and m2.dtype == i2.dtype == torch.int32
+
+
+@pytest.mark.parametrize("case, message", [
+    ("ragged tokens", "tokens = 20 must be a multiple of 8"),
+    ("x rows", r"vnm_dw: x: expected 320 x tokens"),
+    ("x dtype", "does not fit dy"),
+    ("meta size", "do not hold a 192x320 64:2:8 matrix"),
+])
+def test_vnm_dw_refuses_bad_arguments_by_name(case, message):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    rows, cols, vnm = 192, 320, "64:2:8"
+    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, torch.float16)
+    with FakeTensorMode():
+        tokens = 20 if case == "ragged tokens" else 16
+        dy = torch.empty(rows, tokens, dtype=torch.float16, device="cuda")
+        x = torch.empty(cols + (case == "x rows"), tokens, device="cuda",
+                        dtype=torch.bfloat16 if case == "x dtype" else torch.float16)
+        meta = torch.empty(nm + (case == "meta size"), dtype=torch.int32, device="cuda")
+        index = torch.empty(ni, dtype=torch.int32, device="cuda")
+        with pytest.raises(ValueError, match=message):
+            torch.ops.sparsejit.vnm_dw(dy, x, meta, index, rows, cols, vnm, None)
+
+
+def test_vnm_linear_refuses_an_unknown_backward():
+    with pytest.raises(ValueError, match="backward 'sparse': expected one of"):
+        sparsejit.nn.VNMLinear(64, 64, "64:2:8", backward="sparse")
+    assert sparsejit.nn.VNMLinear(64, 64, "64:2:8").backward == "exact"
+
+
+def test_training_ops_refuse_cpu_tensors_clearly():
+    nv, nm, ni = sparsejit.ops.vnm_sizes(64, 64, "64:2:8", torch.float16)
+    dy = torch.zeros(64, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="vnm_dw: dy: expected a CUDA tensor"):
+        torch.ops.sparsejit.vnm_dw(dy, dy, torch.zeros(nm, dtype=torch.int32), torch.zeros(ni, dtype=torch.int32),
+                                   64, 64, "64:2:8", None)
 
 
 def test_ops_refuse_cpu_tensors_clearly():
@@ -136,3 +191,54 @@ def test_torch_compile_of_a_small_model():
     eager = model(x)
     compiled = torch.compile(model, fullgraph=True)
     assert torch.allclose(compiled(x), eager)
+
+
+def _host_bits(t: torch.Tensor):
+    return t.contiguous().view(torch.int16).cpu().numpy().view("uint16")
+
+
+@gpu
+@pytest.mark.parametrize("backward", sparsejit.nn.BACKWARDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("vnm", ["64:2:4", "64:2:8", "128:2:16", "128:2:32"])
+def test_vnm_linear_backward_against_fp64(backward, dtype, vnm):
+    """Both gradients of each backward against fp64 autograd on the masked weight (for
+    double_pruned: on W^T double-pruned on the host), ragged sizes and tokens (not a multiple of 8)."""
+    out_f, in_f, tokens = 200, 328, 45
+    lin = torch.nn.Linear(in_f, out_f).cuda().to(dtype)
+    m = sparsejit.nn.VNMLinear.from_dense(lin, vnm, backward=backward)
+    w = m.masked_weight().double()
+    x = torch.randn(tokens, in_f, device="cuda", dtype=dtype, requires_grad=True)
+    y = m(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    wx = w
+    if backward == "double_pruned":
+        dt = "f16" if dtype == torch.float16 else "bf16"
+        wt2 = sparsejit.vnm_compress(_host_bits(w.to(dtype).t()), vnm, select="l2", dtype=dt)
+        wx = torch.from_numpy(sparsejit.vnm_decompress(wt2).astype("float64")).cuda().t()
+    ref_x = g.double() @ wx
+    assert ((x.grad.double() - ref_x).norm() / ref_x.norm()).item() < 1e-2
+    gw = torch.zeros(out_f * in_f, dtype=torch.float64, device="cuda")
+    pos = m.positions()
+    live = pos >= 0
+    gw[pos[live]] = m.values.grad[live].double()
+    ref_w = (g.double().t() @ x.detach().double()) * (w != 0)
+    assert ((gw.view(out_f, in_f) - ref_w).norm() / ref_w.norm()).item() < 1e-2
+    assert (m.values.grad[~live] == 0).all()  # padding and pruned slots: no gradient
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sparse_backwards_match_the_dense_fallback(dtype):
+    lin = torch.nn.Linear(256, 192).cuda().to(dtype)
+    grads = {}
+    x0 = torch.randn(64, 256, device="cuda", dtype=dtype)
+    g = torch.randn(64, 192, device="cuda", dtype=dtype)
+    for backward in ("exact", "dense"):
+        m = sparsejit.nn.VNMLinear.from_dense(lin, "64:2:8", backward=backward)
+        x = x0.clone().requires_grad_(True)
+        m(x).backward(g)
+        grads[backward] = (x.grad.float(), m.values.grad.float())
+    for a, b in zip(grads["exact"], grads["dense"]):
+        assert ((a - b).norm() / b.norm()).item() < 1e-2

@@ -34,33 +34,64 @@ def _slot_positions(values_bits: np.ndarray, meta: np.ndarray, index: np.ndarray
     return pos
 
 
+BACKWARDS = ("exact", "double_pruned", "dense")
+
+
+def _tokens_last(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """tokens x features -> features x (tokens + pad), tokens contiguous, zeros in the padding
+    (the kernels take tokens in multiples of 8; zero tokens add nothing to any product)."""
+    return torch.nn.functional.pad(t, (0, 0, 0, pad)).t().contiguous()
+
+
 class _VNMLinearFn(torch.autograd.Function):
-    """y = x . W^T through the sparse kernel; backward on the dense masked weight (see VNMLinear)."""
+    """y = x . W^T through the sparse kernel; backward as VNMLinear's ``backward`` option says."""
 
     @staticmethod
-    def forward(ctx, x2, values, meta, index, positions, rows: int, cols: int, vnm: str):
+    def forward(ctx, x2, values, meta, index, positions, rows: int, cols: int, vnm: str, backward: str):
         tokens = x2.shape[0]
-        pad = (-tokens) % 8  # the kernel's n is a multiple of 8
-        b = torch.nn.functional.pad(x2, (0, 0, 0, pad)).t().contiguous()
+        b = _tokens_last(x2, (-tokens) % 8)  # X^T: cols x tokens', kept for dW
         c = torch.ops.sparsejit.vnm_spmm(values, meta, index, b, rows, cols, vnm, None)
-        ctx.save_for_backward(x2, values, positions)
-        ctx.shape = (rows, cols)
+        ctx.save_for_backward(b, values, meta, index, positions)
+        ctx.shape, ctx.tokens, ctx.backward_mode = (rows, cols, vnm), tokens, backward
         return c[:, :tokens].t()
 
     @staticmethod
     def backward(ctx, gy):
-        x2, values, positions = ctx.saved_tensors
-        rows, cols = ctx.shape
-        live = positions >= 0
-        idx = positions.clamp(min=0)
-        w = torch.zeros(rows * cols, dtype=values.dtype, device=values.device)
-        w = w.index_put((idx[live],), values[live]).view(rows, cols)
-        gx = gy.to(w.dtype) @ w if ctx.needs_input_grad[0] else None
-        gv = None
-        if ctx.needs_input_grad[1]:
-            gw = (gy.t().to(torch.float32) @ x2.to(torch.float32)).reshape(-1)
-            gv = torch.where(live, gw[idx], torch.zeros((), device=gw.device)).to(values.dtype)
-        return gx, gv, None, None, None, None, None, None
+        b, values, meta, index, positions = ctx.saved_tensors
+        (rows, cols, vnm), tokens = ctx.shape, ctx.tokens
+        want_x, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if ctx.backward_mode == "dense":
+            return (*_dense_backward(gy, b[:, :tokens].t(), values, positions, rows, cols, want_x, want_w),
+                    None, None, None, None, None, None, None)
+        dy = _tokens_last(gy.to(values.dtype), b.shape[1] - tokens)  # rows x tokens'
+        gx = gv = None
+        if want_x:
+            if ctx.backward_mode == "exact":
+                dxt = torch.ops.sparsejit.vnm_dx_exact(values, meta, index, dy, rows, cols, vnm, None)
+            else:
+                v2, m2, i2 = torch.ops.sparsejit.vnm_double_prune(values, meta, index, rows, cols, vnm)
+                dxt = torch.ops.sparsejit.vnm_spmm(v2, m2, i2, dy, cols, rows, vnm, None)
+            gx = dxt[:, :tokens].t()
+        if want_w:
+            gv = torch.ops.sparsejit.vnm_dw(dy, b, meta, index, rows, cols, vnm, None)
+            # A kept slot holding an exact zero is pruned (GMP's unstructured mask inside the
+            # pattern): its gradient stays 0 so an optimizer never revives it, as in "dense".
+            gv = torch.where(values != 0, gv, torch.zeros((), dtype=gv.dtype, device=gv.device))
+        return gx, gv, None, None, None, None, None, None, None
+
+
+def _dense_backward(gy, x2, values, positions, rows: int, cols: int, want_x: bool, want_w: bool):
+    """The dense fallback, for checking: dense autograd on the masked weight rebuilt from values."""
+    live = positions >= 0
+    idx = positions.clamp(min=0)
+    w = torch.zeros(rows * cols, dtype=values.dtype, device=values.device)
+    w = w.index_put((idx[live],), values[live]).view(rows, cols)
+    gx = gy.to(w.dtype) @ w if want_x else None
+    gv = None
+    if want_w:
+        gw = (gy.t().to(torch.float32) @ x2.to(torch.float32)).reshape(-1)
+        gv = torch.where(live, gw[idx], torch.zeros((), device=gw.device)).to(values.dtype)
+    return gx, gv
 
 
 class VNMLinear(nn.Module):
@@ -70,17 +101,29 @@ class VNMLinear(nn.Module):
     (buffers) are the compressed weight, so a state_dict holds only compressed data; the layout
     (out x in, V:N:M, dtype) is extra state. The forward runs ``torch.ops.sparsejit.vnm_spmm``.
 
-    Backward is a dense fallback, not a sparse kernel: the masked weight is rebuilt densely from
-    ``values`` (zeros where pruned) and the gradients are those of dense autograd on it. The
-    input gradient is ``grad_y @ W_masked``; the weight gradient ``grad_y^T @ x`` is kept at the
-    kept positions only (a slot holding an exact zero counts as pruned), so training keeps the
-    pattern. It costs a dense weight's memory and time per backward.
-    """
+    ``backward`` picks how the gradients are computed (all keep the pattern: a slot holding an
+    exact zero counts as pruned and gets no gradient):
+
+    - ``"exact"`` (default): dX = dY . W through the exact product (the dense masked W^T on the
+      device, then the dense tensor-core gemm, ``vnm_dx_exact``); dW through ``vnm_dw``, the
+      sampled product written straight into ``values``' layout (fp32 accumulation).
+    - ``"double_pruned"``: dX on sparse tensor cores through SLoPe's second copy of W^T, pruned
+      again to V:N:M along its own rows (``vnm_double_prune`` then ``vnm_spmm``); dW as above.
+      Faster, but very lossy beyond 2:4: the copy keeps about 4/M of W^T's non-zeros, so the
+      input gradient is about 33% off at 2:4, 72% at 2:8 and 85% at 2:16 (relative norm,
+      docs/training.md). Use it at 2:4, or where training is shown to tolerate it.
+    - ``"dense"``: a dense fallback for checking: the masked weight is rebuilt densely (positions
+      found once on the host) and the gradients are dense autograd's on it; a dense weight's
+      memory and time per backward.
+        """
 
     def __init__(self, in_features: int, out_features: int, vnm: str = "64:2:8", bias: bool = True,
-                 dtype: torch.dtype = torch.float16, device: Optional[torch.device] = None):
+                 dtype: torch.dtype = torch.float16, device: Optional[torch.device] = None,
+                 backward: str = "exact"):
         super().__init__()
-        self.in_features, self.out_features, self.vnm = in_features, out_features, vnm
+        if backward not in BACKWARDS:
+            raise ValueError(f"VNMLinear: backward {backward!r}: expected one of {BACKWARDS}")
+        self.in_features, self.out_features, self.vnm, self.backward = in_features, out_features, vnm, backward
         nv, nm, ni = ops.vnm_sizes(out_features, in_features, vnm, dtype)
         self.values = nn.Parameter(torch.zeros(nv, dtype=dtype, device=device))
         self.register_buffer("meta", torch.zeros(nm, dtype=torch.int32, device=device))
@@ -90,12 +133,12 @@ class VNMLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear: nn.Linear, vnm: str = "64:2:8", select: str = "l2",
-                   dtype: Optional[torch.dtype] = None) -> "VNMLinear":
+                   dtype: Optional[torch.dtype] = None, backward: str = "exact") -> "VNMLinear":
         """Prunes linear's weight to V:N:M by magnitude (select "l2" or "l1" column norms, or
         "exact" for a weight that already has the pattern) and compresses it, on its GPU."""
         w = linear.weight.detach()
         dt = dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
-        m = cls(linear.in_features, linear.out_features, vnm, linear.bias is not None, dt, w.device)
+        m = cls(linear.in_features, linear.out_features, vnm, linear.bias is not None, dt, w.device, backward)
         values, meta, index, word = torch.ops.sparsejit.vnm_compress(w.to(dt).contiguous(), vnm, select)
         if select == "exact":
             ops.check_pattern(word, m.out_features, m.in_features, vnm, dt)
@@ -138,8 +181,10 @@ class VNMLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)
         if torch.is_grad_enabled() and (x2.requires_grad or self.values.requires_grad):
-            y = _VNMLinearFn.apply(x2, self.values, self.meta, self.index, self.positions(), self.out_features,
-                                   self.in_features, self.vnm)
+            # the slots' dense positions are the host's work: only the dense fallback needs them
+            pos = self.positions() if self.backward == "dense" else None
+            y = _VNMLinearFn.apply(x2, self.values, self.meta, self.index, pos, self.out_features,
+                                   self.in_features, self.vnm, self.backward)
         else:
             pad = (-x2.shape[0]) % 8
             b = torch.nn.functional.pad(x2, (0, 0, 0, pad)).t().contiguous()
@@ -150,7 +195,8 @@ class VNMLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, vnm={self.vnm}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, vnm={self.vnm}, "
+                f"backward={self.backward}")
 
 
 class TwELLFFN(nn.Module):

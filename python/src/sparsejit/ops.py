@@ -1,5 +1,5 @@
 """The PyTorch ops: torch.library custom ops ``torch.ops.sparsejit.{vnm_compress, vnm_spmm,
-twell_gate, twell_ffn}`` with fake (meta) implementations, so torch.compile traces them without a
+vnm_dw, vnm_dx_exact, vnm_double_prune, twell_gate, twell_ffn}`` with fake (meta) implementations, so torch.compile traces them without a
 GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
 or waits for the device (the first call of a shape loads its kernel: make it before capture).
@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from sparsejit._lib import Problem, TwellDevice, VnmDevice, call
+from sparsejit._lib import Problem, TwellDevice, VnmDevice, VnmLayout, call
 from sparsejit.context import Context
 from sparsejit.formats import SELECT, twell_layout, vnm_layout
 from sparsejit.problem import workspace_size
@@ -125,6 +125,130 @@ def _(values, meta, index, b, rows, cols, vnm, out_dtype=None):
 
 def _ctypes_dtype(dtype: torch.dtype) -> int:
     return {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3}[dtype]
+
+
+# ---------------------------------------------------------------- V:N:M training (docs/training.md)
+# W (rows x cols) is the compressed weight of a linear layer y = W . x; the products take the
+# tokens contiguous: dY rows x tokens, X cols x tokens, dX cols x tokens, tokens a multiple of 8.
+
+
+def _vnm_arrays(values: Optional[torch.Tensor], meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
+                vnm: str, dtype: torch.dtype, what: str):
+    """W's layout, after checking that its arrays hold a rows x cols vnm matrix of dtype
+    (values may be None: vnm_dw reads only meta and index)."""
+    lay = vnm_layout(rows, cols, vnm, _name(dtype, what))
+    nv = values.numel() * 2 if values is not None else lay.values_bytes
+    if (nv, meta.numel() * 4, index.numel() * 4) != (lay.values_bytes, lay.meta_bytes, lay.index_bytes):
+        raise ValueError(f"{what}: values/meta/index do not hold a {rows}x{cols} {vnm} matrix (see vnm_sizes)")
+    if values is not None and values.dtype != dtype:
+        raise ValueError(f"{what}: values are {values.dtype} but the dense operand is {dtype}")
+    if meta.dtype != torch.int32 or index.dtype != torch.int32:
+        raise ValueError(f"{what}: meta and index must be int32, got {meta.dtype} and {index.dtype}")
+    return lay
+
+
+def _tokens_operand(t: torch.Tensor, rows: int, what: str) -> None:
+    if t.dim() != 2 or t.shape[0] != rows:
+        raise ValueError(f"{what}: expected {rows} x tokens (tokens contiguous), got shape {tuple(t.shape)}")
+    if t.shape[1] % 8:
+        raise ValueError(f"{what}: tokens = {t.shape[1]} must be a multiple of 8 (pad with zeros)")
+
+
+def _dw_checks(dy, x, meta, index, rows, cols, vnm):
+    _tokens_operand(dy, rows, "vnm_dw: dy")
+    _tokens_operand(x, cols, "vnm_dw: x")
+    if x.dtype != dy.dtype or x.shape[1] != dy.shape[1]:
+        raise ValueError(f"vnm_dw: x {tuple(x.shape)} {x.dtype} does not fit dy {tuple(dy.shape)} {dy.dtype} "
+                         "(expected the same tokens and dtype)")
+    return _vnm_arrays(None, meta, index, rows, cols, vnm, dy.dtype, "vnm_dw")
+
+
+@torch.library.custom_op("sparsejit::vnm_dw", mutates_args=())
+def vnm_dw(dy: torch.Tensor, x: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
+           vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The weight gradient dW = dY . X^T at W's kept slots, written in W's value layout (one
+    element per slot of ``values``, 0 in padding slots), so it is ``values``' gradient as is:
+    dy rows x tokens, x cols x tokens (f16/bf16), fp32 accumulation on tensor cores; out_dtype
+    (default dy's) f16, bf16 or f32. Reads W's meta and index only."""
+    for t, what, nd in ((dy, "dy", 2), (x, "x", 2), (meta, "meta", 1), (index, "index", 1)):
+        _check(t, f"vnm_dw: {what}", nd)
+    lay = _dw_checks(dy, x, meta, index, rows, cols, vnm)
+    out_dt = out_dtype or dy.dtype
+    _name(out_dt, "vnm_dw: out_dtype", tuple(_DTYPES))
+    dw = torch.empty(lay.values_bytes // 2, dtype=out_dt, device=dy.device)
+    p = Problem()
+    call("sj_vnm_dw_problem", ctypes.byref(lay), dy.shape[1], _ctypes_dtype(out_dt), ctypes.byref(p))
+    ctx, stream = _ctx_stream(dy)
+    w = VnmDevice()
+    w.layout, w.values, w.meta, w.index = lay, 0, meta.data_ptr(), index.data_ptr()
+    call("sj_vnm_dw", ctx.handle, ctypes.byref(p), ctypes.byref(w), dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+    return dw
+
+
+@vnm_dw.register_fake
+def _(dy, x, meta, index, rows, cols, vnm, out_dtype=None):
+    lay = _dw_checks(dy, x, meta, index, rows, cols, vnm)
+    return dy.new_empty(lay.values_bytes // 2, dtype=out_dtype or dy.dtype)
+
+
+def _dx_checks(values, meta, index, dy, rows, cols, vnm):
+    _tokens_operand(dy, rows, "vnm_dx_exact: dy")
+    return _vnm_arrays(values, meta, index, rows, cols, vnm, dy.dtype, "vnm_dx_exact")
+
+
+@torch.library.custom_op("sparsejit::vnm_dx_exact", mutates_args=())
+def vnm_dx_exact(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, rows: int,
+                 cols: int, vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The exact input gradient dX = W^T . dY (cols x tokens, out_dtype, default dy's): the dense
+    masked W^T into a workspace from torch's allocator, then the dense tensor-core gemm."""
+    for t, what, nd in ((values, "values", 1), (meta, "meta", 1), (index, "index", 1), (dy, "dy", 2)):
+        _check(t, f"vnm_dx_exact: {what}", nd)
+    lay = _dx_checks(values, meta, index, dy, rows, cols, vnm)
+    out_dt = out_dtype or dy.dtype
+    _name(out_dt, "vnm_dx_exact: out_dtype", tuple(_DTYPES))
+    wt = torch.empty(cols * rows, dtype=dy.dtype, device=dy.device)
+    dx = torch.empty(cols, dy.shape[1], dtype=out_dt, device=dy.device)
+    ctx, stream = _ctx_stream(dy)
+    w = _vnm_device(lay, values, meta, index)
+    call("sj_vnm_dx_exact", ctx.handle, ctypes.byref(w), wt.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.shape[1],
+         _ctypes_dtype(out_dt), stream)
+    return dx
+
+
+@vnm_dx_exact.register_fake
+def _(values, meta, index, dy, rows, cols, vnm, out_dtype=None):
+    _dx_checks(values, meta, index, dy, rows, cols, vnm)
+    return dy.new_empty(cols, dy.shape[1], dtype=out_dtype or dy.dtype)
+
+
+@torch.library.custom_op("sparsejit::vnm_double_prune", mutates_args=())
+def vnm_double_prune(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
+                     vnm: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """WT2, the double-pruned copy of W^T (cols x rows, the same V:N:M; SLoPe): W^T re-pruned by
+    magnitude along its own rows, as (values, meta, index) for vnm_spmm(..., cols, rows, vnm).
+    It keeps about 4/M of W^T's non-zeros: dX through it is far from exact beyond 2:4."""
+    for t, what in ((values, "values"), (meta, "meta"), (index, "index")):
+        _check(t, f"vnm_double_prune: {what}", 1)
+    lay = _vnm_arrays(values, meta, index, rows, cols, vnm, values.dtype, "vnm_double_prune")
+    lt = VnmLayout()
+    call("sj_vnm_transpose_layout", ctypes.byref(lay), ctypes.byref(lt))
+    need = ctypes.c_size_t()
+    call("sj_vnm_double_prune_workspace", ctypes.byref(lay), ctypes.byref(need))
+    ws = torch.empty(need.value, dtype=torch.uint8, device=values.device)
+    v2 = torch.empty(lt.values_bytes // 2, dtype=values.dtype, device=values.device)
+    m2 = torch.empty(lt.meta_bytes // 4, dtype=torch.int32, device=values.device)
+    i2 = torch.empty(lt.index_bytes // 4, dtype=torch.int32, device=values.device)
+    ctx, stream = _ctx_stream(values)
+    w, wt2 = _vnm_device(lay, values, meta, index), _vnm_device(lt, v2, m2, i2)
+    call("sj_vnm_double_prune", ctx.handle, ctypes.byref(w), ctypes.byref(wt2), ws.data_ptr(), ws.numel(), stream)
+    return v2, m2, i2
+
+
+@vnm_double_prune.register_fake
+def _(values, meta, index, rows, cols, vnm):
+    _vnm_arrays(values, meta, index, rows, cols, vnm, values.dtype, "vnm_double_prune")
+    nv, nm, ni = vnm_sizes(cols, rows, vnm, values.dtype)
+    return values.new_empty(nv), meta.new_empty(nm), index.new_empty(ni)
 
 
 # ---------------------------------------------------------------- TwELL
