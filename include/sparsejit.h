@@ -163,11 +163,12 @@ typedef enum sj_op {
     SJ_OP_VNM_COMPRESS = 5, /* dense A (m x k) -> V:N:M compressed, on the device */
     SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
     SJ_OP_VNM_TRANSPOSE = 7, /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
-    SJ_OP_HYBRID_GATE = 8    /* H = relu(X . Wg) written in the hybrid format (training) */
+    SJ_OP_HYBRID_GATE = 8,   /* H = relu(X . Wg) written in the hybrid format (training) */
+    SJ_OP_GMP_PRUNE = 9      /* one GMP pruning step of a dense W and its mask, on the device */
 } sj_op;
 
 /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
- * "hybrid-gate" */
+ * "hybrid-gate", "gmp-prune" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -463,6 +464,27 @@ SJ_API sj_status sj_gmp_target_at(const sj_gmp_schedule *schedule, int64_t step,
  * first step) are updated in place by the rule above. */
 SJ_API sj_status sj_gmp_prune_host(const sj_gmp_schedule *schedule, int64_t step, sj_dtype dtype, int64_t rows,
                                    int64_t cols, void *W, int64_t ldw, uint8_t *mask, int64_t ldm);
+
+/* One training step's pruning on the device, bit for bit sj_gmp_prune_host: W (rows x cols, ldw
+ * elements, dtype f16/bf16) and mask (rows x cols bytes, ldm, 1 = kept) on the device, updated in
+ * place (nothing unless the step is a pruning step). The pattern's slots come from vnm-compress
+ * of the survivors by magnitude, the unstructured part from a histogram of the survivors'
+ * magnitudes (templates/gmp_prune.lua). workspace: 16-byte aligned, workspace_bytes >=
+ * sj_gmp_prune_workspace's; the call allocates nothing and does not wait (capturable once its
+ * kernels are loaded). After it, re-compress both copies on the stream from the pruned W, no host
+ * round trip: sj_vnm_compress_device_ws(W, V:2:M' of sj_gmp_target_at, SJ_VNM_PRUNE_L2) for the
+ * forward copy (W lies in the pattern, so it keeps every non-zero) and sj_vnm_double_prune of it
+ * for the dX copy; sj_gmp_recompress does both. */
+SJ_API sj_status sj_gmp_prune_workspace(const sj_gmp_schedule *schedule, sj_dtype dtype, int64_t rows, int64_t cols,
+                                        size_t *bytes);
+SJ_API sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *schedule, int64_t step, sj_dtype dtype,
+                              int64_t rows, int64_t cols, sj_devptr W, int64_t ldw, sj_devptr mask, int64_t ldm,
+                              sj_devptr workspace, size_t workspace_bytes, void *stream);
+/* Both compressed copies of the pruned dense W (rows x cols, ldw) on the device: fwd (layout
+ * V:2:M' of W's size) by magnitude, then wt2 = its double-pruned W^T (layout
+ * sj_vnm_transpose_layout of fwd's); workspace >= sj_vnm_double_prune_workspace of fwd's layout. */
+SJ_API sj_status sj_gmp_recompress(sj_context *ctx, sj_devptr W, int64_t ldw, const sj_vnm_device *fwd,
+                                   const sj_vnm_device *wt2, sj_devptr workspace, size_t workspace_bytes, void *stream);
 
 /* ---------------------------------------------------------------- TwELL activations and FFN */
 /* TwELL (tile-wise ELLPACK) holds a sparse activation matrix H, rows = tokens, cols = d_ff

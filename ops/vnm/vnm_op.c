@@ -1,7 +1,8 @@
 /* vnm_op.c: the descriptors of the V:N:M ops: vnm-spmm (C = alpha * A_vnm . B + beta * C on
  * sparse tensor cores, tuned), vnm-compress (dense -> V:N:M on the device, one config), and for
  * training vnm-dw (the sampled weight gradient into W's value layout, tuned) and vnm-transpose
- * (compressed W -> dense masked W^T, one config; docs/training.md). All read V:N:M from the
+ * (compressed W -> dense masked W^T, one config; docs/training.md), and gmp-prune (one GMP
+ * pruning step of a dense W and its mask, a kernel per stage). All read V:N:M from the
  * problem and carry it in the cache key. */
 #include "core/error.h"
 #include "core/op.h"
@@ -168,4 +169,42 @@ const op_desc op_vnm_transpose = {
     .example = example_transpose,
     .variants = variants_transpose,
     .n_variants = sizeof variants_transpose / sizeof *variants_transpose,
+};
+
+/* The stages of one GMP step on a 256 x 256 W, pattern V:2:8 (n is unused; the entry point asks
+ * for 1). */
+static void example_gmp(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_GMP_PRUNE, SJ_DTYPE_F16, 256, 1, 256);
+    fill_defaults(p);
+}
+
+/* One kernel per stage of templates/gmp_prune.lua, none a matrix instruction: element-wise
+ * gathers, global atomics for the histogram, block scans in shared memory. */
+static const op_variant variants_gmp[] = {
+    { .name = "survivors", .config = "STAGE=0", .arch = "sm_80", .sass = "LDG.E.U8,STG.E.U16", .sass_absent = "HMMA" },
+    { .name = "pattern", .config = "STAGE=1", .arch = "sm_80", .sass = "LDG.E.128,STG.E.U8", .sass_absent = "HMMA" },
+    { .name = "histogram", .config = "STAGE=2", .arch = "sm_80", .sass = ".E.ADD.STRONG.GPU,VOTE.ANY,POPC", .sass_absent = "HMMA" },
+    { .name = "select", .config = "STAGE=3,THREADS=1024", .arch = "sm_80", .sass = "BAR.SYNC,LDS.64,STS.64", .sass_absent = "HMMA" },
+    { .name = "ties", .config = "STAGE=4", .arch = "sm_80", .sass = "SHFL.BFLY,LDG.E.U16,BAR.SYNC", .sass_absent = "HMMA" },
+    { .name = "scan", .config = "STAGE=5,THREADS=1024", .arch = "sm_80", .sass = "BAR.SYNC,LDS,STS", .sass_absent = "HMMA" },
+    { .name = "apply", .config = "STAGE=6", .arch = "sm_80", .sass = "VOTE.ANY,POPC,STG.E.U8,STG.E.U16", .sass_absent = "HMMA" },
+};
+
+/* Pruning, not a product: one kernel per stage, nothing to tune or bench it against. The
+ * problem carries the pattern M' (the pattern stage reads it; the API keys the other stages on
+ * the schedule's final M so that they compile once per weight shape). */
+const op_desc op_gmp_prune = {
+    .op = SJ_OP_GMP_PRUNE,
+    .name = "gmp-prune",
+    .template_name = "gmp_prune",
+    .reads = OP_READS_VNM,
+    .tunable = 0,
+    .validate = validate,
+    .key_text = key_text,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .example = example_gmp,
+    .variants = variants_gmp,
+    .n_variants = sizeof variants_gmp / sizeof *variants_gmp,
 };

@@ -242,3 +242,43 @@ def test_sparse_backwards_match_the_dense_fallback(dtype):
         grads[backward] = (x.grad.float(), m.values.grad.float())
     for a, b in zip(grads["exact"], grads["dense"]):
         assert ((a - b).norm() / b.norm()).item() < 1e-2
+
+
+def test_gmp_schedule_refusals_and_targets_on_the_host():
+    with pytest.raises(sparsejit.InvalidArgumentError, match="final_sparsity = 0.5"):
+        sparsejit.ops.gmp_schedule("64:2:8", final_sparsity=0.5)
+    s = sparsejit.ops.gmp_schedule("64:2:8", start_step=10, interval=5, n_steps=4)
+    assert sparsejit.ops.gmp_target(s, 9).prune_now == 0
+    last = sparsejit.ops.gmp_target(s, 30)
+    assert last.prune_now == 1 and last.sparsity == pytest.approx(0.75) and last.pattern_m == 8
+    with pytest.raises(ValueError, match="no nn.Linear layer"):
+        sparsejit.nn.GMP(torch.nn.ReLU(), "64:2:8")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gmp_on_the_device_matches_the_host_and_ends_in_vnm_linear(dtype):
+    """A whole schedule through sparsejit.nn.GMP against sj_gmp_prune_host driven from numpy."""
+    import ctypes
+    import numpy as np
+    from sparsejit._lib import call
+    model = torch.nn.Sequential(torch.nn.Linear(192, 136)).cuda().to(dtype)
+    gmp = sparsejit.nn.GMP(model, "64:2:8", start_step=1, interval=2, n_steps=5)
+    w = model[0].weight
+    host_w = _host_bits(w).copy()
+    host_mask = np.ones(w.shape, dtype=np.uint8)
+    code = 1 if dtype == torch.float16 else 2
+    for t in range(gmp.last_step + 2):
+        with torch.no_grad():
+            w.add_(torch.randn_like(w) * 0.01)  # an optimizer step: masked weights move too
+        host_w = _host_bits(w).copy()
+        call("sj_gmp_prune_host", ctypes.byref(gmp.schedule), t, code, w.shape[0], w.shape[1],
+             host_w.ctypes.data_as(ctypes.c_void_p), w.shape[1], host_mask.ctypes.data_as(ctypes.c_void_p),
+             w.shape[1])
+        gmp.step(t)
+        if sparsejit.ops.gmp_target(gmp.schedule, t).prune_now:
+            assert (gmp.masks["0"].cpu().numpy() == host_mask).all()
+            assert (_host_bits(w) == host_w).all()
+    model = gmp.finish(model)
+    assert isinstance(model[0], sparsejit.nn.VNMLinear)
+    assert torch.equal(model[0].masked_weight(), w.detach())

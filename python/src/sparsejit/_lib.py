@@ -182,6 +182,15 @@ class TuneResult(ctypes.Structure):
                 ("trials", POINTER(TuneTrial)), ("n_trials", c_int)]
 
 
+class GmpSchedule(ctypes.Structure):
+    _fields_ = [("initial_sparsity", c_double), ("final_sparsity", c_double), ("start_step", c_int64),
+                ("interval", c_int64), ("n_steps", c_int64), ("v", c_int), ("m", c_int)]
+
+
+class GmpTarget(ctypes.Structure):
+    _fields_ = [("prune_now", c_int), ("sparsity", c_double), ("pattern_m", c_int)]
+
+
 class BenchResult(ctypes.Structure):
     _fields_ = [("median_us", c_double), ("p20_us", c_double), ("p80_us", c_double), ("tflops", c_double),
                 ("rel_error", c_double), ("reps", c_int), ("config", c_char * 256), ("origin", c_int),
@@ -194,7 +203,8 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
     "sj_vnm_layout": VnmLayout, "sj_vnm_host": VnmHost, "sj_vnm_device": VnmDevice,
     "sj_twell_layout": TwellLayout, "sj_twell_host": TwellHost, "sj_twell_device": TwellDevice,
     "sj_tune_progress": TuneProgress, "sj_tune_options": TuneOptions, "sj_tune_trial": TuneTrial,
-    "sj_tune_result": TuneResult, "sj_bench_result": BenchResult,
+    "sj_tune_result": TuneResult, "sj_bench_result": BenchResult, "sj_gmp_schedule": GmpSchedule,
+    "sj_gmp_target": GmpTarget,
 }
 
 # ---------------------------------------------------------------- functions
@@ -242,6 +252,12 @@ PROTOTYPES: dict[str, tuple] = {
     "sj_vnm_dw": (_S, [_ctx, _P(Problem), _P(VnmDevice), c_uint64, c_uint64, c_uint64, c_void_p]),
     "sj_vnm_double_prune_workspace": (_S, [_P(VnmLayout), _P(c_size_t)]),
     "sj_vnm_double_prune": (_S, [_ctx, _P(VnmDevice), _P(VnmDevice), c_uint64, c_size_t, c_void_p]),
+    "sj_gmp_target_at": (_S, [_P(GmpSchedule), c_int64, _P(GmpTarget)]),
+    "sj_gmp_prune_host": (_S, [_P(GmpSchedule), c_int64, c_int, c_int64, c_int64, c_void_p, c_int64, c_void_p,
+                               c_int64]),
+    "sj_gmp_prune_workspace": (_S, [_P(GmpSchedule), c_int, c_int64, c_int64, _P(c_size_t)]),
+    "sj_gmp_prune": (_S, [_ctx, _P(GmpSchedule), c_int64, c_int, c_int64, c_int64, c_uint64, c_int64, c_uint64,
+                          c_int64, c_uint64, c_size_t, c_void_p]),
     "sj_vnm_dx_exact": (_S, [_ctx, _P(VnmDevice), c_uint64, c_uint64, c_uint64, c_int64, c_int, c_void_p]),
     "sj_twell_layout_init": (_S, [_P(TwellLayout), c_int, c_int64, c_int64, c_int, c_int]),
     "sj_twell_from_dense": (_S, [_P(TwellLayout), c_void_p, c_int64, _P(TwellHost), _P(c_int64)]),

@@ -233,3 +233,54 @@ class TwELLFFN(nn.Module):
         y = torch.ops.sparsejit.twell_ffn(x2, entries, counts, spill, self.wu_t, self.wd, self.tile, self.capacity,
                                           self.sparsity, None)
         return y.reshape(*lead, self.d_model)
+
+
+class GMP:
+    """Gradual magnitude pruning of a model's nn.Linear layers on the device (Zhu and Gupta's
+    cubic schedule, ending in V:2:M; docs/training.md), then the swap to VNMLinear.
+
+    A VNMLinear's compressed layout holds one pattern, so the dense-to-pattern part of the
+    schedule runs on the dense weights with a uint8 mask per layer: call ``step(t)`` after each
+    optimizer step; at a pruning step it runs ``torch.ops.sparsejit.gmp_prune`` (the pattern's
+    slots, then unstructured magnitude pruning inside them; no host round trip), otherwise it
+    re-applies the mask to what the optimizer moved. ``finish(model)`` swaps every pruned layer for
+    a VNMLinear of the final pattern (compressed exactly: the weight has it), whose backward runs
+    on the training products. Weights must be f16 or bf16 on a GPU."""
+
+    def __init__(self, model: nn.Module, vnm: str, final_sparsity: Optional[float] = None,
+                 initial_sparsity: float = 0.0, start_step: int = 0, interval: int = 1, n_steps: int = 1):
+        self.vnm = vnm
+        self.schedule = ops.gmp_schedule(vnm, final_sparsity, initial_sparsity, start_step, interval, n_steps)
+        self.layers = {name: mod for name, mod in model.named_modules() if isinstance(mod, nn.Linear)}
+        if not self.layers:
+            raise ValueError("GMP: the model has no nn.Linear layer to prune")
+        self.masks = {name: torch.ones(mod.weight.shape, dtype=torch.uint8, device=mod.weight.device)
+                      for name, mod in self.layers.items()}
+
+    @property
+    def last_step(self) -> int:
+        """The schedule's last pruning step: finish() after it."""
+        s = self.schedule
+        return s.start_step + s.interval * s.n_steps
+
+    @torch.no_grad()
+    def step(self, step: int) -> float:
+        """Prunes (at a pruning step) or re-masks every layer; returns the target sparsity."""
+        t = ops.gmp_target(self.schedule, step)
+        s = self.schedule
+        for name, lin in self.layers.items():
+            if t.prune_now:
+                torch.ops.sparsejit.gmp_prune(lin.weight, self.masks[name], step, s.initial_sparsity,
+                                              s.final_sparsity, s.start_step, s.interval, s.n_steps, s.v, s.m)
+            else:
+                lin.weight.mul_(self.masks[name])
+        return t.sparsity
+
+    def finish(self, model: nn.Module, backward: str = "exact") -> nn.Module:
+        """model with every pruned nn.Linear replaced by a VNMLinear of the final pattern."""
+        for name in self.layers:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, VNMLinear.from_dense(self.layers[name], self.vnm, select="exact",
+                                                        backward=backward))
+        return model

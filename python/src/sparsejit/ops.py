@@ -1,5 +1,5 @@
 """The PyTorch ops: torch.library custom ops ``torch.ops.sparsejit.{vnm_compress, vnm_spmm,
-vnm_dw, vnm_dx_exact, vnm_double_prune, twell_gate, twell_ffn}`` with fake (meta) implementations, so torch.compile traces them without a
+vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn}`` with fake (meta) implementations, so torch.compile traces them without a
 GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
 or waits for the device (the first call of a shape loads its kernel: make it before capture).
@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from sparsejit._lib import Problem, TwellDevice, VnmDevice, VnmLayout, call
+from sparsejit._lib import GmpSchedule, GmpTarget, Problem, TwellDevice, VnmDevice, VnmLayout, call
 from sparsejit.context import Context
 from sparsejit.formats import SELECT, twell_layout, vnm_layout
 from sparsejit.problem import workspace_size
@@ -249,6 +249,54 @@ def _(values, meta, index, rows, cols, vnm):
     _vnm_arrays(values, meta, index, rows, cols, vnm, values.dtype, "vnm_double_prune")
     nv, nm, ni = vnm_sizes(cols, rows, vnm, values.dtype)
     return values.new_empty(nv), meta.new_empty(nm), index.new_empty(ni)
+
+
+# ---------------------------------------------------------------- gradual magnitude pruning
+
+
+def gmp_schedule(vnm: str, final_sparsity: Optional[float] = None, initial_sparsity: float = 0.0,
+                 start_step: int = 0, interval: int = 1, n_steps: int = 1) -> GmpSchedule:
+    """Zhu and Gupta's cubic schedule ending in the V:2:M of vnm ("128:2:8"); final_sparsity
+    defaults to the pattern's, 1 - 2/M (sparsejit.h, sj_gmp_schedule)."""
+    v, n, m = (int(p) for p in vnm.split(":"))
+    if n != 2:
+        raise ValueError(f"gmp_schedule: vnm {vnm!r}: the pattern is V:2:M")
+    s = GmpSchedule(initial_sparsity, 1.0 - 2.0 / m if final_sparsity is None else final_sparsity, start_step,
+                    interval, n_steps, v, m)
+    gmp_target(s, 0)  # checks the schedule, naming the bad field
+    return s
+
+
+def gmp_target(schedule: GmpSchedule, step: int) -> GmpTarget:
+    """What the schedule asks at step: prune_now, sparsity, pattern_m (0: no pattern yet)."""
+    t = GmpTarget()
+    call("sj_gmp_target_at", ctypes.byref(schedule), step, ctypes.byref(t))
+    return t
+
+
+@torch.library.custom_op("sparsejit::gmp_prune", mutates_args=("w", "mask"))
+def gmp_prune(w: torch.Tensor, mask: torch.Tensor, step: int, initial_sparsity: float, final_sparsity: float,
+              start_step: int, interval: int, n_steps: int, v: int, m: int) -> None:
+    """One GMP step on the device, in place: w (rows x cols, f16/bf16) and mask (uint8, 1 = kept)
+    pruned by magnitude as sj_gmp_prune_host does (nothing unless step is a pruning step); the
+    workspace from torch's allocator."""
+    _check(w, "gmp_prune: w", 2)
+    _check(mask, "gmp_prune: mask", 2)
+    if mask.dtype != torch.uint8 or mask.shape != w.shape:
+        raise ValueError(f"gmp_prune: mask is {tuple(mask.shape)} {mask.dtype}; expected {tuple(w.shape)} uint8")
+    _name(w.dtype, "gmp_prune: w")
+    s = GmpSchedule(initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m)
+    need = ctypes.c_size_t()
+    call("sj_gmp_prune_workspace", ctypes.byref(s), _ctypes_dtype(w.dtype), w.shape[0], w.shape[1], ctypes.byref(need))
+    ws = torch.empty(need.value, dtype=torch.uint8, device=w.device)
+    ctx, stream = _ctx_stream(w)
+    call("sj_gmp_prune", ctx.handle, ctypes.byref(s), step, _ctypes_dtype(w.dtype), w.shape[0], w.shape[1],
+         w.data_ptr(), w.shape[1], mask.data_ptr(), mask.shape[1], ws.data_ptr(), ws.numel(), stream)
+
+
+@gmp_prune.register_fake
+def _(w, mask, step, initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m):
+    return None
 
 
 # ---------------------------------------------------------------- TwELL
