@@ -67,7 +67,7 @@ for c in tune gen; do
     echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
 done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate) or a benchmark (twell-ffn-block)" ||
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
 out=$("$cli" bench --op vnm-compress --shape 64x64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "vnm-compress is a conversion" || fail "bench --op vnm-compress must exit 2 (got $rc: $out)"
