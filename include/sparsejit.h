@@ -164,11 +164,13 @@ typedef enum sj_op {
     SJ_OP_VNM_DW = 6,       /* dW = dY . X^T at W_vnm's kept slots, into W's value layout */
     SJ_OP_VNM_TRANSPOSE = 7, /* compressed W (m x k) -> dense masked W^T (k x m), on the device */
     SJ_OP_HYBRID_GATE = 8,   /* H = relu(X . Wg) written in the hybrid format (training) */
-    SJ_OP_GMP_PRUNE = 9      /* one GMP pruning step of a dense W and its mask, on the device */
+    SJ_OP_GMP_PRUNE = 9,     /* one GMP pruning step of a dense W and its mask, on the device */
+    SJ_OP_HYBRID_FFN_FWD = 10, /* u at H's active pairs, Y = (H (.) u) . Wd (training forward) */
+    SJ_OP_HYBRID_FFN_DX = 11   /* sampled dh, dg, du at H's active pairs, dX (training backward) */
 } sj_op;
 
 /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
- * "hybrid-gate", "gmp-prune" */
+ * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -717,6 +719,32 @@ SJ_API sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *problem, sj_d
 SJ_API sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr WgT,
                                          sj_hybrid_device *H, sj_hybrid_report *report, int *relaunched,
                                          void *stream);
+
+/* The problem of hybrid-ffn-fwd or hybrid-ffn-dx (op) over a matrix of layout (the gate's): m =
+ * rows (tokens), n = k = d_model, d_ff = cols, twell_tile = cols, twell_capacity = W, dtype =
+ * out_dtype = layout's (set out_dtype to f32 for fp32 outputs); twell_sparsity unspecified. */
+SJ_API sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *layout, sj_op op, int64_t d_model, sj_problem *out);
+/* The forward after sj_hybrid_gate (templates/hybrid_ffn_fwd.lua): for every active pair (t, j)
+ * of H (a = relu(g) > 0) u = X[t] . WuT[j], a sampled product, written in the input dtype into
+ * u_values (rows x W, at the pair's ELL slot) or u_backup (backup_rows x d_ff, at the pair's
+ * backup position), nothing else of them; Y[t] = sum_j a u Wd[j] (problem->out_dtype). X, Y
+ * tokens x d_model; WuT, Wd d_ff x d_model; row-major, 16-byte aligned, d_model a multiple of 8.
+ * What the backward needs is H and u: W + backup positions, 6 bytes an ELL pair. An overflow row
+ * that H left unplaced gets a NaN Y row. CUDA cores, one CTA per token; asynchronous. */
+SJ_API sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *problem, sj_devptr X, const sj_hybrid_device *H,
+                                   sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
+                                   void *stream);
+/* The backward through the activations (templates/hybrid_ffn_dx.lua), from dY (tokens x
+ * d_model) and what the forward stored (H, u_values, u_backup): per active pair the sampled
+ * dh = dY[t] . Wd[j], du = dh a and dg = dh u, written as fp32 into dg_values / du_values (rows x
+ * W) or dg_backup / du_backup (backup_rows x d_ff) at the pair's position, nothing else of them;
+ * dX[t] = sum_j dg WgT[j] + du WuT[j] (problem->out_dtype). The weight gradients are sums of
+ * these compact values times rows of X and dY (docs/training.md). An unplaced row gets a NaN dX
+ * row. Asynchronous. */
+SJ_API sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *problem, sj_devptr dY, const sj_hybrid_device *H,
+                                  sj_devptr u_values, sj_devptr u_backup, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd,
+                                  sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
+                                  sj_devptr du_backup, void *stream);
 
 /* The training step of the ReLU FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) per token, in
  * fp64 on the host: the reference the device products are checked against (docs/training.md,

@@ -179,6 +179,18 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         expect_near("hybrid-gate", flops, 2.0 * m * f * d);
         expect_near("hybrid-gate (tuner)", op_find(SJ_OP_HYBRID_GATE)->harness->flops(&p), flops);
 
+        /* the hybrid FFN's forward (up and down) and activations' backward (dh, dX's two
+         * products) at the active pairs only */
+        sj_problem_init(&p, SJ_OP_HYBRID_FFN_FWD, SJ_DTYPE_BF16, m, d, d);
+        p.d_ff = f, p.twell_tile = (int)f, p.twell_capacity = 128, p.twell_sparsity = s;
+        SJ_ASSERT_OK(bench_flops("hybrid-ffn-fwd", &p, &flops));
+        expect_near("hybrid-ffn-fwd", flops, 4.0 * m * d * f * (1.0 - s));
+        expect_near("hybrid-ffn-fwd (tuner)", op_find(SJ_OP_HYBRID_FFN_FWD)->harness->flops(&p), flops);
+        p.op = SJ_OP_HYBRID_FFN_DX;
+        SJ_ASSERT_OK(bench_flops("hybrid-ffn-dx", &p, &flops));
+        expect_near("hybrid-ffn-dx", flops, 6.0 * m * d * f * (1.0 - s));
+        expect_near("hybrid-ffn-dx (tuner)", op_find(SJ_OP_HYBRID_FFN_DX)->harness->flops(&p), flops);
+
         /* the fused FFN alone: up and down at the active units only, as the tuner counts */
         sj_problem_init(&p, SJ_OP_TWELL_FFN, SJ_DTYPE_BF16, m, d, d);
         p.d_ff = f, p.twell_tile = 128, p.twell_capacity = 16, p.twell_sparsity = s;
@@ -216,7 +228,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate) or a benchmark (twell-ffn-block)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");

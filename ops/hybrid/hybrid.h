@@ -6,7 +6,8 @@
 #include "runtime/runtime.h"
 #include "tuner/harness.h"
 
-extern const harness_ops harness_hybrid_gate; /* hybrid_harness.c */
+extern const harness_ops harness_hybrid_gate;                          /* hybrid_harness.c */
+extern const harness_ops harness_hybrid_ffn_fwd, harness_hybrid_ffn_dx; /* hybrid_ffn_harness.c */
 
 /* SJ_OK when the device matrix has the layout the problem describes (rows = m, cols = n,
  * W = twell_capacity, dtype) and its arrays are allocated and aligned. */
@@ -16,5 +17,23 @@ sj_status hybrid_check_device(const sj_hybrid_device *H, const sj_problem *p, co
  * kernel with its ABI (X, WgT, values, columns, nnz, slot, owner, backup, counter, M, N, K, R). */
 sj_status hybrid_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X, sj_devptr WgT,
                              const sj_hybrid_device *H, void *stream);
+
+/* What the forward stores for the backward beside H: u at H's active pairs (input dtype). */
+typedef struct hybrid_saved_u {
+    sj_devptr values, backup;     /* rows x W, backup_rows x d_ff */
+} hybrid_saved_u;
+/* What the backward of the activations leaves for the weight gradients (fp32). */
+typedef struct hybrid_grads {
+    sj_devptr dg_values, dg_backup, du_values, du_backup;
+} hybrid_grads;
+
+/* Launch a hybrid-ffn-fwd kernel with its ABI (X, H, WuT, Wd, Y, u, R): the entry point and the
+ * harness share it. */
+sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
+                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream);
+/* Launch a hybrid-ffn-dx kernel with its ABI (dY, H, u, WgT, WuT, Wd, dX, grads, R). */
+sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
+                               const hybrid_saved_u *u, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd, sj_devptr dX,
+                               const hybrid_grads *g, void *stream);
 
 #endif

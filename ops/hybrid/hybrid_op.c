@@ -1,7 +1,9 @@
-/* hybrid_op.c: the descriptor of hybrid-gate (H = relu(X . Wg) written in the hybrid format by
- * the gate's epilogue). Its problem is a TwELL problem whose one tile spans the row: twell_tile =
- * n (d_ff), twell_capacity = W, the ELL width; it reads the activations' law (sparsity, skew),
- * which the cache key carries since timings depend on it. */
+/* hybrid_op.c: the descriptors of the hybrid family: hybrid-gate (H = relu(X . Wg) written in the
+ * hybrid format by the gate's epilogue), hybrid-ffn-fwd (u at H's active pairs, Y) and
+ * hybrid-ffn-dx (dh, dg, du at H's active pairs, dX). Their problems are TwELL problems whose one
+ * tile spans the row: twell_tile = d_ff, twell_capacity = W, the ELL width; they read the
+ * activations' law (sparsity, skew), which the cache key carries since timings depend on it. The
+ * FFN ops take d_ff in problem.d_ff and d_model in n = k, as twell-ffn does. */
 #include "core/error.h"
 #include "core/op.h"
 #include "core/problem.h"
@@ -10,17 +12,18 @@
 
 #include <stdio.h>
 
-static sj_status validate(const sj_problem *p)
+/* The checks of a hybrid matrix of d_ff columns (named field) and of the activations' law. */
+static sj_status validate_rows(const sj_problem *p, int64_t d_ff, const char *field)
 {
-    if (p->n > HYBRID_MAX_COLS)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.n (d_ff) = %lld: hybrid-gate takes 1..%d (16-bit columns)",
-                         (long long)p->n, HYBRID_MAX_COLS);
-    if (p->twell_tile != p->n)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = %d: hybrid-gate needs it equal to n = %lld (a row is one tile)",
-                         p->twell_tile, (long long)p->n);
-    if (p->twell_capacity < 1 || p->twell_capacity > p->n)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_capacity (the ELL width W) = %d: expected 1..n (n = %lld)",
-                         p->twell_capacity, (long long)p->n);
+    if (d_ff < 1 || d_ff > HYBRID_MAX_COLS)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.%s (d_ff) = %lld: %s takes 1..%d (16-bit columns)", field,
+                         (long long)d_ff, sj_op_name(p->op), HYBRID_MAX_COLS);
+    if (p->twell_tile != d_ff)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_tile = %d: %s needs it equal to %s = %lld (a row is one tile)",
+                         p->twell_tile, sj_op_name(p->op), field, (long long)d_ff);
+    if (p->twell_capacity < 1 || p->twell_capacity > d_ff)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_capacity (the ELL width W) = %d: expected 1..%s (%lld)",
+                         p->twell_capacity, field, (long long)d_ff);
     if (!(p->twell_sparsity >= 0 && p->twell_sparsity < 1))
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "problem.twell_sparsity = %g: expected a fraction of zeros in [0, 1) (0: unspecified)", p->twell_sparsity);
@@ -28,6 +31,18 @@ static sj_status validate(const sj_problem *p)
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "problem.twell_skew = %g: expected 0 .. %g, and > 0 only with problem.twell_sparsity >= 0.5 (it is %g)",
                          p->twell_skew, SJ_TWELL_MAX_SKEW, p->twell_sparsity);
+    return SJ_OK;
+}
+
+static sj_status validate(const sj_problem *p) { return validate_rows(p, p->n, "n"); }
+
+static sj_status validate_ffn(const sj_problem *p)
+{
+    sj_status st = validate_rows(p, p->d_ff, "d_ff");
+    if (st != SJ_OK) return st;
+    if (p->n != p->k || p->n % 8)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.n = %lld, k = %lld: %s needs both d_model, a multiple of 8",
+                         (long long)p->n, (long long)p->k, sj_op_name(p->op));
     return SJ_OK;
 }
 
@@ -40,12 +55,28 @@ static void key_text(const sj_problem *p, char *buf, size_t len)
         snprintf(buf, len, "W=%d", p->twell_capacity);
 }
 
-/* W = 128 (the public implementation's width) or the row when narrower, 99% zeros. */
-static void fill_defaults(sj_problem *p)
+static void key_text_ffn(const sj_problem *p, char *buf, size_t len)
 {
-    if (!p->twell_tile) p->twell_tile = (int)(p->n < HYBRID_MAX_COLS ? p->n : HYBRID_MAX_COLS);
-    if (!p->twell_capacity) p->twell_capacity = p->n < 128 ? (int)p->n : 128;
+    char law[64];
+    key_text(p, law, sizeof law);
+    snprintf(buf, len, "%s,DFF=%lld", law, (long long)p->d_ff);
+}
+
+/* W = 128 (the public implementation's width) or the row when narrower, 99% zeros. */
+static void fill_rows(sj_problem *p, int64_t d_ff)
+{
+    if (!p->twell_tile) p->twell_tile = (int)(d_ff < HYBRID_MAX_COLS ? d_ff : HYBRID_MAX_COLS);
+    if (!p->twell_capacity) p->twell_capacity = d_ff < 128 ? (int)d_ff : 128;
     if (!p->twell_sparsity) p->twell_sparsity = 0.99;
+}
+
+static void fill_defaults(sj_problem *p) { fill_rows(p, p->n); }
+
+/* d_ff defaults as twell-ffn's (the CLI's --d-ff), then the rows' parameters. */
+static void fill_defaults_ffn(sj_problem *p)
+{
+    if (!p->d_ff) p->d_ff = 4 * p->n;
+    fill_rows(p, p->d_ff);
 }
 
 static void label(const sj_problem *p, char *buf, size_t len)
@@ -61,6 +92,18 @@ static void example(sj_problem *p)
     sj_problem_init(p, SJ_OP_HYBRID_GATE, SJ_DTYPE_BF16, 256, 1024, 512);
     fill_defaults(p);
 }
+
+/* 256 tokens, d_model 2048, d_ff 1024, W = 128 at 99% zeros (op: fwd or dx). d_model 2048: at
+ * one 16-byte piece a thread (d_model <= 1024) ptxas keeps two scalars in an 8-byte stack frame,
+ * which the walk would take for a spill; two pieces compile without one. */
+static void example_ffn(sj_problem *p, sj_op op)
+{
+    sj_problem_init(p, op, SJ_DTYPE_BF16, 256, 2048, 2048);
+    p->d_ff = 1024;
+    fill_defaults_ffn(p);
+}
+static void example_fwd(sj_problem *p) { example_ffn(p, SJ_OP_HYBRID_FFN_FWD); }
+static void example_dx(sj_problem *p) { example_ffn(p, SJ_OP_HYBRID_FFN_DX); }
 
 /* templates/hybrid_gate.lua's WG: the main loop of twell_gate.lua's WG=0 and WG=1; the epilogue
  * reserves row positions and backup rows with atomics (ATOMG/RED in SASS). */
@@ -86,4 +129,43 @@ const op_desc op_hybrid_gate = {
     .example = example,
     .variants = variants,
     .n_variants = sizeof variants / sizeof *variants,
+};
+
+/* lib/hybrid_rows.lua: one algorithm, CUDA cores (FFMA, 16-byte loads, warp ballots), no MMA. */
+static const op_variant rows_variants[] = {
+    { .name = "token-rows", .config = NULL, .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE", .sass_absent = "HMMA,HGMMA" },
+};
+
+const op_desc op_hybrid_ffn_fwd = {
+    .op = SJ_OP_HYBRID_FFN_FWD,
+    .name = "hybrid-ffn-fwd",
+    .template_name = "hybrid_ffn_fwd",
+    .reads = OP_READS_TWELL | OP_READS_D_FF,
+    .tunable = 1,
+    .validate = validate_ffn,
+    .key_text = key_text_ffn,
+    .fill_defaults = fill_defaults_ffn,
+    .label = label,
+    .harness = &harness_hybrid_ffn_fwd,
+    .baseline_help = "the up GEMM (tokens x d_ff over d_model), relu(gate) (.) up and the down GEMM",
+    .example = example_fwd,
+    .variants = rows_variants,
+    .n_variants = 1,
+};
+
+const op_desc op_hybrid_ffn_dx = {
+    .op = SJ_OP_HYBRID_FFN_DX,
+    .name = "hybrid-ffn-dx",
+    .template_name = "hybrid_ffn_dx",
+    .reads = OP_READS_TWELL | OP_READS_D_FF,
+    .tunable = 1,
+    .validate = validate_ffn,
+    .key_text = key_text_ffn,
+    .fill_defaults = fill_defaults_ffn,
+    .label = label,
+    .harness = &harness_hybrid_ffn_dx,
+    .baseline_help = "dH = dY . Wd^T, the two element-wise products of dG and dU, and dX's two GEMMs",
+    .example = example_dx,
+    .variants = rows_variants,
+    .n_variants = 1,
 };

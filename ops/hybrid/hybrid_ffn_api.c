@@ -1,0 +1,107 @@
+/* hybrid_ffn_api.c: the forward and the activations' backward of the FFN block over hybrid
+ * activations through the request path (rt_kernel_for / rt_launch): sj_hybrid_ffn_fwd
+ * (templates/hybrid_ffn_fwd.lua) and sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua), their
+ * argument checks, their launches (shared with the harness) and their problem. */
+#include "core/error.h"
+#include "runtime/runtime.h"
+#include "ops/hybrid/hybrid.h"
+#include "ops/hybrid/hybrid_format.h"
+
+sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *l, sj_op op, int64_t d_model, sj_problem *out)
+{
+    sj_status st = hybrid_layout_check(l, "sj_hybrid_ffn_problem");
+    if (st != SJ_OK) return st;
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_problem: out is NULL");
+    if (op != SJ_OP_HYBRID_FFN_FWD && op != SJ_OP_HYBRID_FFN_DX)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_problem: op %d: expected hybrid-ffn-fwd or hybrid-ffn-dx",
+                         (int)op);
+    sj_problem_init(out, op, l->dtype, l->rows, d_model, d_model);
+    out->d_ff = l->cols;
+    out->twell_tile = (int)l->cols;
+    out->twell_capacity = l->width;
+    return sj_problem_validate(out);
+}
+
+/* The checks both entry points share: the problem (of op), H against it, and the dense
+ * operands named in names (16-byte aligned). */
+static sj_status ffn_check(sj_context *ctx, const sj_problem *p, sj_op op, const sj_hybrid_device *H,
+                           const char *const names[], const sj_devptr ptrs[], int n, const char *what)
+{
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
+    sj_status st = sj_problem_validate(p);
+    if (st != SJ_OK) return st;
+    if (p->op != op)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected %s", what, sj_op_name(p->op), sj_op_name(op));
+    sj_problem rows = *p; /* H is tokens x d_ff: the gate's view of the same matrix */
+    rows.n = p->d_ff;
+    if ((st = hybrid_check_device(H, &rows, what)) != SJ_OK) return st;
+    for (int i = 0; i < n; i++)
+        if ((st = rt_check_ptr(names[i], ptrs[i], 16)) != SJ_OK) return st;
+    return SJ_OK;
+}
+
+/* The per-pair arrays: the ELL-shaped one always, the backup-shaped one when there is a backup. */
+static sj_status pair_arrays(const sj_hybrid_device *H, const char *ell_name, sj_devptr ell, const char *bk_name,
+                             sj_devptr bk, unsigned align)
+{
+    sj_status st = rt_check_ptr(ell_name, ell, align);
+    if (st == SJ_OK && H->layout.backup_rows) st = rt_check_ptr(bk_name, bk, align);
+    return st;
+}
+
+sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
+                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream)
+{
+    int r = (int)H->layout.backup_rows;
+    sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
+              uv = u->values, ub = u->backup;
+    void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r };
+    return rt_launch(ctx, k, args, stream);
+}
+
+sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
+                               const hybrid_saved_u *u, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd, sj_devptr dX,
+                               const hybrid_grads *g, void *stream)
+{
+    int r = (int)H->layout.backup_rows;
+    sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
+              uv = u->values, ub = u->backup, dgv = g->dg_values, dgb = g->dg_backup, duv = g->du_values,
+              dub = g->du_backup;
+    void *args[] = { &dY, &values, &columns, &nnz, &slot, &backup, &uv, &ub, &WgT, &WuT, &Wd, &dX,
+                     &dgv, &dgb, &duv, &dub, &r };
+    return rt_launch(ctx, k, args, stream);
+}
+
+sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_hybrid_device *H,
+                            sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
+                            void *stream)
+{
+    const char *what = "sj_hybrid_ffn_fwd";
+    const char *const names[] = { "X", "WuT", "Wd", "Y" };
+    const sj_devptr ptrs[] = { X, WuT, Wd, Y };
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_FWD, H, names, ptrs, 4, what);
+    if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
+    const loaded_kernel *k;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    hybrid_saved_u u = { u_values, u_backup };
+    return hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y, &u, stream);
+}
+
+sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, const sj_hybrid_device *H,
+                           sj_devptr u_values, sj_devptr u_backup, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd,
+                           sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
+                           sj_devptr du_backup, void *stream)
+{
+    const char *what = "sj_hybrid_ffn_dx";
+    const char *const names[] = { "dY", "WgT", "WuT", "Wd", "dX" };
+    const sj_devptr ptrs[] = { dY, WgT, WuT, Wd, dX };
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DX, H, names, ptrs, 5, what);
+    if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
+    if (st == SJ_OK) st = pair_arrays(H, "dg_values", dg_values, "dg_backup", dg_backup, 4);
+    if (st == SJ_OK) st = pair_arrays(H, "du_values", du_values, "du_backup", du_backup, 4);
+    const loaded_kernel *k;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    hybrid_saved_u u = { u_values, u_backup };
+    hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
+    return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, stream);
+}

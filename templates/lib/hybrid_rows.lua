@@ -1,0 +1,297 @@
+-- lib/hybrid_rows.lua: the per-token kernels of the hybrid FFN's training step
+-- (templates/hybrid_ffn_fwd.lua, templates/hybrid_ffn_dx.lua). Both walk one token's active
+-- units (the hybrid matrix of a = relu(g): its ELL entries, then the non-zeros of its backup row)
+-- and do the same two things per unit j: a sampled dot product of the token's dense row with one
+-- weight row, then an update of the token's dense output row with one or two weight rows:
+--   fwd: u = X[t] . WuT[j] (stored at the pair's position), Y[t] += (a u) Wd[j]
+--   dx:  dh = dY[t] . Wd[j]; du = dh a, dg = dh u (stored, fp32, at the pair's position);
+--        dX[t] += dg WgT[j] + du WuT[j]
+-- so nothing visits an inactive pair, and what the backward keeps is compact (the hybrid
+-- positions). CUDA cores: a token's ~1% active units share no structure with the next token's,
+-- so there is no MMA tile to fill per token (docs/training.md says where tensor cores fit).
+--
+-- One CTA per token, THREADS threads; thread i holds columns 8 (k THREADS + i) .. +7 of the
+-- token's dense row and of its output accumulators in registers (VPT 16-byte pieces each). The
+-- active units are staged in shared memory in chunks of THREADS (the ELL slots in their order,
+-- then the backup row's non-zeros in ascending columns, compacted with warp ballots), and each
+-- chunk is processed B units at a time: every thread's partial dots of the B units, a warp
+-- reduction, one barrier, the warps' partials summed (double-buffered by batch parity, so one
+-- barrier per batch), then the B weight rows of the update. Every step is in a fixed order, so
+-- results are deterministic. An overflow row without a backup row (unplaced: the gate's backup
+-- was too small) is incomplete: its output row is written NaN and nothing else of it.
+local emit = require "lib.emit"
+local cuda = require "lib.cuda"
+local tw = require "lib.twell_common"
+
+local R = {}
+
+R.PARAMS = { "THREADS", "B" }
+local MAX_VPT = 8   -- 16-byte pieces per thread: 2 x 8 x VPT fp32 registers for row and output
+
+function R.vpt(problem, cfg) return tw.cdiv(problem.N, 8 * cfg.THREADS) end
+
+function R.valid(problem, cfg, op)
+  local ok, why = tw.check_ints(R.PARAMS, cfg)
+  if not ok then return false, why end
+  ok, why = tw.check_problem(problem, op)
+  if not ok then return false, why end
+  if problem.T ~= problem.DFF then
+    return false, string.format("T=%d must equal DFF=%d (a hybrid row is one tile)", problem.T, problem.DFF)
+  end
+  if problem.N ~= problem.K then
+    return false, string.format("N=%d and K=%d must both be d_model", problem.N, problem.K)
+  end
+  if problem.N % 8 ~= 0 then return false, "N (d_model) = " .. problem.N .. " must be a multiple of 8 (16-byte rows)" end
+  if not tw.member({ "f16", "bf16", "f32" }, problem.out_dtype) then
+    return false, "out_dtype must be f16, bf16 or f32, got " .. tostring(problem.out_dtype)
+  end
+  if not tw.member({ 128, 256, 512 }, cfg.THREADS) then return false, "THREADS=" .. cfg.THREADS .. " must be 128, 256 or 512" end
+  if not tw.member({ 4, 8, 16 }, cfg.B) then return false, "B=" .. cfg.B .. " must be 4, 8 or 16" end
+  if R.vpt(problem, cfg) > MAX_VPT then
+    return false, string.format("d_model %d needs %d 16-byte pieces per thread at THREADS=%d; at most %d",
+                                problem.N, R.vpt(problem, cfg), cfg.THREADS, MAX_VPT)
+  end
+  if cfg.THREADS > math.max(128, tw.pow2_at_least(problem.N // 8)) then
+    return false, "THREADS=" .. cfg.THREADS .. " is more than d_model " .. problem.N .. " needs (8 columns a thread)"
+  end
+  return true
+end
+
+function R.space(problem) return { THREADS = { 128, 256, 512 }, B = { 4, 8, 16 } } end
+
+-- Two 16-byte pieces per thread (d_model 2048: 128 threads, 4096: 256), 8 units a batch: not
+-- measured (written without a GPU).
+function R.default(problem)
+  local t = math.min(512, math.max(128, tw.pow2_at_least(math.max(1, problem.N // 16))))
+  return { THREADS = t, B = 8 }
+end
+
+-- The declared density (0: unspecified, taken as 1%), as the harness generates it.
+function R.density(problem) return problem.SPARSITY > 0 and 1 - problem.SPARSITY or 0.01 end
+
+-- mode: "fwd" or "dx" (see the top comment).
+function R.generate(problem, cfg, mode)
+  local dt, ot = cuda.dtype(problem.dtype), cuda.dtype(problem.out_dtype)
+  local fwd = mode == "fwd"
+  local env = {
+    prelude = cuda.prelude(problem.dtype), D = problem.N, F = problem.DFF, W = problem.C,
+    THREADS = cfg.THREADS, WARPS = cfg.THREADS // 32, B = cfg.B, VPT = R.vpt(problem, cfg),
+    ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32, out_from_f32 = ot.from_f32,
+    fwd = fwd,
+  }
+  env.entry = string.format("sj_hybrid_ffn_%s_%s_%s_d%d_f%d_w%d_t%d_b%d", mode, problem.dtype, problem.out_dtype,
+                            env.D, env.F, env.W, cfg.THREADS, cfg.B)
+  local args
+  if fwd then
+    args = [[const T* __restrict__ V, const unsigned short* __restrict__ values,
+    const unsigned short* __restrict__ columns, const int* __restrict__ nnz, const int* __restrict__ slot,
+    const unsigned short* __restrict__ backup, const T* __restrict__ DOTW, const T* __restrict__ UPDW,
+    OutT* __restrict__ out, unsigned short* __restrict__ u_values, unsigned short* __restrict__ u_backup,
+    int M, int Dm, int Fm, int R]]
+  else
+    args = [[const T* __restrict__ V, const unsigned short* __restrict__ values,
+    const unsigned short* __restrict__ columns, const int* __restrict__ nnz, const int* __restrict__ slot,
+    const unsigned short* __restrict__ backup, const unsigned short* __restrict__ u_values,
+    const unsigned short* __restrict__ u_backup, const T* __restrict__ WgT, const T* __restrict__ WuT,
+    const T* __restrict__ DOTW, OutT* __restrict__ out, float* __restrict__ dg_values, float* __restrict__ dg_backup,
+    float* __restrict__ du_values, float* __restrict__ du_backup, int R]]
+  end
+  env.args = args
+  local src = emit.render(here(), [[
+/* prelude */ ${prelude}
+#define D ${D}
+#define F ${F}
+#define W ${W}
+#define THREADS ${THREADS}
+#define WARPS ${WARPS}
+#define B ${B}
+#define VPT ${VPT}
+typedef ${ctype} T;
+typedef ${otype} OutT;
+
+__device__ __forceinline__ bool sj_hybrid_nz(unsigned short bits) { return (bits & 0x7fffu) != 0; }
+
+/* Eight 16-bit elements at p (16-byte aligned) as floats. */
+__device__ __forceinline__ void sj_load8(const T* p, float f[8]) {
+  const uint4 q = __ldg((const uint4*)p);
+  const sj_u32 w[4] = { q.x, q.y, q.z, q.w };
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    f[2 * k] = ${to_f32}((T)(w[k] & 0xffffu));
+    f[2 * k + 1] = ${to_f32}((T)(w[k] >> 16));
+  }
+}
+
+/* The token's staged units: unit, ELL slot (-1: from the backup row), a (and u for the dx). */
+struct sj_list {
+  int j[THREADS];
+  int i[THREADS];
+  float a[THREADS];
+$ if not fwd then
+  float u[THREADS];
+$ end
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ${entry}(
+    ${args})
+{
+  __shared__ sj_list list;
+  __shared__ float red[2][B][WARPS];
+  __shared__ int warp_count[WARPS];
+  const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n = nnz[t], e = min(n, W);
+  int s = -1;
+  if (n > W) {
+    s = slot[t];
+    if (s < 0 || s >= R) {
+      for (int c = tid; c < D; c += THREADS) out[(size_t)t * D + c] = ${out_from_f32}(__int_as_float(0x7fc00000));
+      return;
+    }
+  }
+  float v[VPT][8], acc[VPT][8];
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    const int c0 = (k * THREADS + tid) * 8;
+#pragma unroll
+    for (int q = 0; q < 8; q++) { v[k][q] = 0.f; acc[k][q] = 0.f; }
+    if (c0 < D) sj_load8(V + (size_t)t * D + c0, v[k]);
+  }
+  int parity = 0;
+  /* chunks of up to THREADS units: the ELL slots, then the backup row's non-zeros in ascending
+   * columns; ch, and so every branch holding a barrier, is uniform over the block */
+  const int ell_chunks = (e + THREADS - 1) / THREADS, chunks = ell_chunks + (s >= 0 ? (F + THREADS - 1) / THREADS : 0);
+  for (int ch = 0; ch < chunks; ch++) {
+    int cnt;
+    __syncthreads();   /* the previous chunk is done with the list and the counts */
+    if (ch < ell_chunks) {
+      const int i = ch * THREADS + tid;
+      if (i < e) {
+        const size_t at = (size_t)t * W + i;
+        list.j[tid] = columns[at];
+        list.i[tid] = i;
+        list.a[tid] = ${to_f32}(values[at]);
+$ if not fwd then
+        list.u[tid] = ${to_f32}(u_values[at]);
+$ end
+      }
+      cnt = min(THREADS, e - ch * THREADS);
+    } else {
+      const int j = (ch - ell_chunks) * THREADS + tid;
+      const unsigned short bits = j < F ? backup[(size_t)s * F + j] : (unsigned short)0;
+      const bool nz = sj_hybrid_nz(bits);
+      const unsigned mask = __ballot_sync(0xffffffffu, nz);
+      if (lane == 0) warp_count[warp] = __popc(mask);
+      __syncthreads();
+      int before = 0;
+      cnt = 0;
+#pragma unroll
+      for (int w = 0; w < WARPS; w++) {
+        const int c = warp_count[w];
+        before += w < warp ? c : 0;
+        cnt += c;
+      }
+      if (nz) {
+        const int p = before + __popc(mask & ((1u << lane) - 1u));
+        list.j[p] = j;
+        list.i[p] = -1;
+        list.a[p] = ${to_f32}(bits);
+$ if not fwd then
+        list.u[p] = ${to_f32}(u_backup[(size_t)s * F + j]);
+$ end
+      }
+    }
+    __syncthreads();
+    /* the chunk, B units at a time */
+    for (int b0 = 0; b0 < cnt; b0 += B) {
+      const int nb = min(B, cnt - b0);
+      float part[B];
+#pragma unroll
+      for (int b = 0; b < B; b++) {
+        part[b] = 0.f;
+        if (b < nb) {
+          const T* w = DOTW + (size_t)list.j[b0 + b] * D;
+#pragma unroll
+          for (int k = 0; k < VPT; k++) {
+            const int c0 = (k * THREADS + tid) * 8;
+            if (c0 < D) {
+              float f[8];
+              sj_load8(w + c0, f);
+#pragma unroll
+              for (int q = 0; q < 8; q++) part[b] = fmaf(v[k][q], f[q], part[b]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < B; b++) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) part[b] += __shfl_xor_sync(0xffffffffu, part[b], off);
+        if (lane == 0) red[parity][b][warp] = part[b];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int b = 0; b < B; b++) {
+        if (b >= nb) continue;
+        float dot = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) dot += red[parity][b][w];
+        const int j = list.j[b0 + b], i = list.i[b0 + b];
+        const float a = list.a[b0 + b];
+        const size_t at = i >= 0 ? (size_t)t * W + i : (size_t)s * F + j;
+$ if fwd then
+        /* dot = u; the pair keeps u for the backward, the output gets h = a u times Wd[j] */
+        if (tid == b) {
+          const unsigned short ub = ${from_f32}(dot);
+          if (i >= 0) u_values[at] = ub; else u_backup[at] = ub;
+        }
+        const float h = a * dot;
+        const T* w1 = UPDW + (size_t)j * D;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+          const int c0 = (k * THREADS + tid) * 8;
+          if (c0 < D) {
+            float f[8];
+            sj_load8(w1 + c0, f);
+#pragma unroll
+            for (int q = 0; q < 8; q++) acc[k][q] = fmaf(h, f[q], acc[k][q]);
+          }
+        }
+$ else
+        /* dot = dh = dY[t] . Wd[j]; du = dh a, dg = dh u (relu' = 1 at an active pair) */
+        const float du = dot * a, dg = dot * list.u[b0 + b];
+        if (tid == b) {
+          (i >= 0 ? dg_values : dg_backup)[at] = dg;
+          (i >= 0 ? du_values : du_backup)[at] = du;
+        }
+        const T* wg = WgT + (size_t)j * D;
+        const T* wu = WuT + (size_t)j * D;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+          const int c0 = (k * THREADS + tid) * 8;
+          if (c0 < D) {
+            float f[8], g[8];
+            sj_load8(wg + c0, f);
+            sj_load8(wu + c0, g);
+#pragma unroll
+            for (int q = 0; q < 8; q++) acc[k][q] = fmaf(dg, f[q], fmaf(du, g[q], acc[k][q]));
+          }
+        }
+$ end
+      }
+      parity ^= 1;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    const int c0 = (k * THREADS + tid) * 8;
+    if (c0 < D) {
+#pragma unroll
+      for (int q = 0; q < 8; q++) out[(size_t)t * D + c0 + q] = ${out_from_f32}(acc[k][q]);
+    }
+  }
+}
+]], env)
+  return { source = src, entry = env.entry, grid = { problem.M, 1, 1 }, block = { cfg.THREADS, 1, 1 }, shared = 0 }
+end
+
+return R

@@ -1,0 +1,209 @@
+/* test_hybrid_ffn_gpu.c: one training step of the ReLU FFN block over hybrid activations on the
+ * GPU (skips with a reason without one): the gate writes a = relu(X . Wg) as hybrid
+ * (sj_hybrid_gate_complete), sj_hybrid_ffn_fwd gives Y and u at the active pairs,
+ * sj_hybrid_ffn_dx gives dX and dg, du at the active pairs. Against the fp64 host reference of
+ * the step (sj_hybrid_ffn_step_host, on the same fresh random inputs at 50% to 99.9% zeros,
+ * ragged shapes, f16 and bf16, every row overflowing, none, a backup that must grow, and
+ * explicit configs): Y and dX directly, and the compact per-pair values through the three weight
+ * gradients they make (dWgT = sum dg X, dWuT = sum du X, dWd = sum a u dY, summed here on the
+ * host from what the device stored), so a wrong or missing u, dg or du shows. Outputs are
+ * poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
+ * rounding of zero that may fall on either side. */
+#include "test_util.h"
+#include "ops/hybrid/hybrid_format.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng;
+
+static int setup(void **state)
+{
+    (void)state;
+    rng = tu_seed();
+    return 0;
+}
+
+typedef struct ffn_case {
+    sj_dtype dt;
+    int64_t M, F, D;          /* tokens, d_ff, d_model */
+    int W;
+    int64_t backup;
+    double sparsity;
+    const char *config;       /* for both FFN ops; NULL: the default */
+} ffn_case;
+
+static double rel_error64(const double *out, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) return INFINITY;
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static uint16_t *random16(sj_dtype dt, int64_t n)
+{
+    uint16_t *x = malloc(sizeof *x * (size_t)n);
+    assert_non_null(x);
+    tu_fill16(dt, x, (size_t)n, 1.0f, &rng);
+    return x;
+}
+
+static sj_devptr upload(sj_context *ctx, const void *host, size_t bytes)
+{
+    sj_devptr d;
+    SJ_ASSERT_OK(sj_malloc(ctx, bytes, &d));
+    SJ_ASSERT_OK(sj_memcpy_htod(ctx, d, host, bytes));
+    return d;
+}
+
+static sj_devptr poisoned(sj_context *ctx, size_t bytes)
+{
+    sj_devptr d;
+    SJ_ASSERT_OK(sj_malloc(ctx, bytes ? bytes : 16, &d));
+    SJ_ASSERT_OK(sj_memset_u8(ctx, d, 0xFF, bytes ? bytes : 16));
+    return d;
+}
+
+/* Adds w * row (16-bit) to acc. */
+static void axpy(sj_dtype dt, double w, const uint16_t *row, double *acc, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) acc[i] += w * tu_from16(dt, row[i]);
+}
+
+static void expect_close(const char *what, const ffn_case *c, double e)
+{
+    const double tol = c->dt == SJ_DTYPE_BF16 ? 3e-2 : 1e-2;
+    if (!(e < tol))
+        fail_msg("%s %s M=%lld F=%lld D=%lld W=%d s=%g: relative error %g", what, sj_dtype_name(c->dt), (long long)c->M,
+                 (long long)c->F, (long long)c->D, c->W, c->sparsity, e);
+}
+
+static void run_case(sj_context *ctx, const ffn_case *c)
+{
+    const sj_dtype dt = c->dt;
+    const int64_t M = c->M, F = c->F, D = c->D;
+    uint16_t *X = random16(dt, M * D), *WgT = random16(dt, F * D), *WuT = random16(dt, F * D),
+             *Wd = random16(dt, F * D), *dY = random16(dt, M * D);
+    /* column 0: ones in X and a bias in WgT that makes about `sparsity` of the gate negative */
+    const double sigma = sqrt((double)(D - 1) / 9.0);
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < c->sparsity) lo = mid; else hi = mid;
+    }
+    for (int64_t r = 0; r < M; r++) X[r * D] = tu_to16(dt, 1.0f);
+    for (int64_t j = 0; j < F; j++) WgT[j * D] = tu_to16(dt, (float)(-sigma * lo));
+
+    const size_t tok = (size_t)(M * D), wts = (size_t)(F * D), b16 = 2;
+    sj_hybrid_ffn_step ref = { malloc(sizeof(double) * tok), malloc(sizeof(double) * tok), malloc(sizeof(double) * wts),
+                               malloc(sizeof(double) * wts), malloc(sizeof(double) * wts), 0 };
+    assert_true(ref.Y && ref.dX && ref.dWgT && ref.dWuT && ref.dWd);
+    SJ_ASSERT_OK(sj_hybrid_ffn_step_host(dt, M, D, F, X, WgT, WuT, Wd, dY, &ref));
+
+    sj_devptr dX_in = upload(ctx, X, tok * b16), dWg = upload(ctx, WgT, wts * b16), dWu = upload(ctx, WuT, wts * b16),
+              dWd = upload(ctx, Wd, wts * b16), ddY = upload(ctx, dY, tok * b16);
+    sj_hybrid_layout l;
+    SJ_ASSERT_OK(sj_hybrid_layout_init(&l, dt, M, F, c->W, c->backup));
+    sj_hybrid_device H;
+    SJ_ASSERT_OK(sj_hybrid_device_alloc(ctx, &l, &H));
+    sj_problem gp;
+    SJ_ASSERT_OK(sj_hybrid_gate_problem(&l, D, &gp));
+    sj_hybrid_report rep;
+    SJ_ASSERT_OK(sj_hybrid_gate_complete(ctx, &gp, dX_in, dWg, &H, &rep, NULL, NULL));
+    assert_int_equal(rep.rows_unplaced, 0);
+    const sj_hybrid_layout *hl = &H.layout; /* grown when the backup was too small */
+    const size_t ell = (size_t)(M * c->W), bk = (size_t)(hl->backup_rows * F);
+
+    sj_devptr Y = poisoned(ctx, tok * b16), uv = poisoned(ctx, ell * b16), ub = poisoned(ctx, bk * b16),
+              dXo = poisoned(ctx, tok * b16), dgv = poisoned(ctx, ell * 4), dgb = poisoned(ctx, bk * 4),
+              duv = poisoned(ctx, ell * 4), dub = poisoned(ctx, bk * 4);
+    sj_problem fp, xp;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_FWD, D, &fp));
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_DX, D, &xp));
+    if (c->config) {
+        SJ_ASSERT_OK(sj_set_config(ctx, &fp, c->config));
+        SJ_ASSERT_OK(sj_set_config(ctx, &xp, c->config));
+    }
+    SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y, uv, bk ? ub : 0, NULL));
+    SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dXo, dgv, bk ? dgb : 0, duv,
+                                  bk ? dub : 0, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+
+    uint16_t *out = malloc(tok * b16), *u_v = malloc(ell * b16), *u_b = malloc(bk * b16 + 2);
+    float *g_v = malloc(ell * 4), *g_b = malloc(bk * 4 + 4), *d_v = malloc(ell * 4), *d_b = malloc(bk * 4 + 4);
+    assert_true(out && u_v && u_b && g_v && g_b && d_v && d_b);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, out, Y, tok * b16));
+    expect_close("Y", c, tu_rel_error(dt, out, ref.Y, tok));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, out, dXo, tok * b16));
+    expect_close("dX", c, tu_rel_error(dt, out, ref.dX, tok));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, u_v, uv, ell * b16));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, g_v, dgv, ell * 4));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, d_v, duv, ell * 4));
+    if (bk) {
+        SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, u_b, ub, bk * b16));
+        SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, g_b, dgb, bk * 4));
+        SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, d_b, dub, bk * 4));
+    }
+    /* the weight gradients from the compact per-pair values, over the pairs H holds */
+    sj_hybrid_host a;
+    SJ_ASSERT_OK(sj_hybrid_download(ctx, &H, &a));
+    double *gWg = calloc(wts, sizeof(double)), *gWu = calloc(wts, sizeof(double)), *gWd = calloc(wts, sizeof(double));
+    assert_true(gWg && gWu && gWd);
+    for (int64_t t = 0; t < M; t++) {
+        const int64_t e = a.nnz[t] < c->W ? a.nnz[t] : c->W, s = a.nnz[t] > c->W ? a.slot[t] : -1;
+        for (int64_t q = 0; q < e + (s >= 0 ? F : 0); q++) {
+            const size_t at = q < e ? (size_t)(t * c->W + q) : (size_t)(s * F + (q - e));
+            const uint16_t av = q < e ? a.values[at] : a.backup[at];
+            if (!hybrid_nonzero(av)) continue;
+            const int64_t j = q < e ? a.columns[at] : q - e;
+            const double u = tu_from16(dt, q < e ? u_v[at] : u_b[at]);
+            const double dg = q < e ? g_v[at] : g_b[at], du = q < e ? d_v[at] : d_b[at];
+            axpy(dt, dg, X + t * D, gWg + j * D, D);
+            axpy(dt, du, X + t * D, gWu + j * D, D);
+            axpy(dt, tu_from16(dt, av) * u, dY + t * D, gWd + j * D, D);
+        }
+    }
+    expect_close("dWgT (from dg)", c, rel_error64(gWg, ref.dWgT, wts));
+    expect_close("dWuT (from du)", c, rel_error64(gWu, ref.dWuT, wts));
+    expect_close("dWd (from a u)", c, rel_error64(gWd, ref.dWd, wts));
+    if (c->config) {
+        SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
+        SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
+    }
+    sj_hybrid_host_free(&a);
+    SJ_ASSERT_OK(sj_hybrid_device_free(ctx, &H));
+    sj_devptr all[] = { dX_in, dWg, dWu, dWd, ddY, Y, uv, ub, dXo, dgv, dgb, duv, dub };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
+    free(X), free(WgT), free(WuT), free(Wd), free(dY), free(out), free(u_v), free(u_b);
+    free(g_v), free(g_b), free(d_v), free(d_b), free(gWg), free(gWu), free(gWd);
+    free(ref.Y), free(ref.dX), free(ref.dWgT), free(ref.dWuT), free(ref.dWd);
+}
+
+static void test_step_matches_reference(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const ffn_case cases[] = {
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4" },   /* every row overflows */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16" },  /* ragged; the backup grows */
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL },                 /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8" }, /* nothing overflows */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
+    sj_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step_matches_reference),
+    };
+    return TU_RUN_TESTS(tests, setup, NULL);
+}
