@@ -62,7 +62,6 @@ static void test_elementwise_kernel_matches_host(void **state)
             free(c);
         }
     }
-    sj_context_destroy(ctx);
 }
 
 static void ffn_problem(sj_problem *p, int64_t tokens, int64_t d_model, int64_t d_ff, double sparsity)
@@ -105,7 +104,6 @@ static void test_sampled_reference_is_the_full_ones_rows(void **state)
     assert_true(e_sampled > 0 && e_sampled < harness_tolerance(&p));
     harness_close(&full);
     harness_close(&sampled);
-    sj_context_destroy(ctx);
 }
 
 /* One bench_run: checked, counted as bench_flops says, timed with a baseline of n_steps steps. */
@@ -154,7 +152,6 @@ static void test_bench_rows(void **state)
     sj_bench_result b;
     SJ_ASSERT_OK(sj_bench(ctx, &p, NULL, &b));
     assert_true(b.rel_error > 0 && b.rel_error <= harness_tolerance(&p) && b.median_us > 0);
-    sj_context_destroy(ctx);
 }
 
 int main(void)

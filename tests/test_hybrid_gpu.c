@@ -120,7 +120,6 @@ static void test_gate_matches_reference(void **state)
         { SJ_DTYPE_F16, 256, 1536, 512, 8, 4, 0.99, wgmma ? "WG=1" : "WG=0" }, /* full backup: relaunch */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
-    sj_context_destroy(ctx);
 }
 
 int main(void)

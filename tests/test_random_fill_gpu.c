@@ -57,7 +57,6 @@ static void test_matrix_matches_host(void **state)
             free(got);
         }
     }
-    sj_context_destroy(ctx);
 }
 
 static void test_twell_matches_host(void **state)
@@ -106,7 +105,6 @@ static void test_twell_matches_host(void **state)
             free(dense);
         }
     }
-    sj_context_destroy(ctx);
 }
 
 /* `sparsejit bench --op NAME --shape 8192x8192x8192 --d-ff 28672` (the CLI's TwELL defaults:
@@ -136,7 +134,6 @@ static void test_largest_ffn_bench_takes_seconds(void **state)
         if (r.cublas_error[0]) fprintf(stderr, "# no baseline: %s\n", r.cublas_error);
         if (!(wall < 60)) fail_msg("bench %s took %.1f s, expected well under a minute", names[b], wall);
     }
-    sj_context_destroy(ctx);
 }
 
 int main(void)

@@ -44,7 +44,8 @@ void tu_ref_gemm16(sj_dtype dt, const uint16_t *A, const uint16_t *B, double *C,
                    int64_t m, int64_t n, int64_t k);
 /* ||out - ref|| / ||ref|| over n elements; +inf if out has a NaN/Inf. */
 double tu_rel_error(sj_dtype out_dt, const void *out, const double *ref, size_t n);
-/* A GPU context, or NULL after printing why GPU tests skip (call skip() then). */
+/* The test program's one GPU context (shared by its tests: never destroy it), or NULL after
+ * printing why GPU tests skip (call skip() then). */
 sj_context *tu_gpu_context(void);
 /* Skips the calling test with a visible reason when there is no GPU. */
 #define TU_REQUIRE_GPU(ctx) \

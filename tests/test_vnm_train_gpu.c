@@ -160,7 +160,6 @@ static void test_dw_matches_fp64(void **state)
                     fail_msg("vnm-dw V=%d 2:%d %s->%s %lldx%lld T=%lld: rel. error %g", v, m, sj_dtype_name(dt),
                              sj_dtype_name(od), (long long)rows, (long long)cols, (long long)tokens, err);
             }
-    sj_context_destroy(ctx);
 }
 
 static void test_dw_configs(void **state)
@@ -186,7 +185,6 @@ static void test_dw_configs(void **state)
         SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
         if (!(err <= tolerance(SJ_DTYPE_BF16, SJ_DTYPE_F32))) fail_msg("vnm-dw config %s: rel. error %g", cfgs[i], err);
     }
-    sj_context_destroy(ctx);
 }
 
 /* sj_vnm_transpose's dense W^T, then sj_vnm_double_prune's copy byte for byte. */
@@ -249,7 +247,6 @@ static void test_transpose_and_double_prune(void **state)
                 sj_vnm_device_free(ctx, &W);
                 sj_vnm_host_free(&h);
             }
-    sj_context_destroy(ctx);
 }
 
 /* dX both ways: exact against sj_vnm_dx_host, double-pruned against WT2 . dY in fp64. */
@@ -317,7 +314,6 @@ static void test_dx_both_ways(void **state)
                 sj_vnm_host_free(&h2);
                 sj_vnm_host_free(&h);
             }
-    sj_context_destroy(ctx);
 }
 
 int main(void)

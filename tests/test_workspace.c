@@ -9,6 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Whether ctx reached a GPU (a context for the GPU's own arch does). */
+static int has_gpu(sj_context *ctx)
+{
+    sj_device_info info;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
+    return info.has_gpu;
+}
+
 static void test_abi(void **state)
 {
     assert_int_equal(sj_abi_version(), SJ_ABI_VERSION);
@@ -100,7 +108,9 @@ static void test_ffn_ws_arguments(void **state)
     SJ_ASSERT_OK(sj_twell_gate_problem(&l, 256, &gate));
     SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &gate, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_INVALID_ARGUMENT,
                      "expected twell-ffn");
-    SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_NO_GPU, NULL);
+    /* Past the checks only the GPU is missing; on a GPU (tu_compile_context("sm_90a") on an H100
+     * is a GPU context) the call would launch on the fake pointers, so it is not made there. */
+    if (!has_gpu(ctx)) SJ_ASSERT_STATUS(sj_twell_ffn_ws(ctx, &p, X, &H, WuT, Wd, Y, W, need, NULL), SJ_ERR_NO_GPU, NULL);
     sj_context_destroy(ctx);
 }
 
@@ -128,8 +138,9 @@ static void test_compress_ws_arguments(void **state)
                      SJ_ERR_INVALID_ARGUMENT, "at least 16");
     SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, 0, 16, NULL),
                      SJ_ERR_INVALID_ARGUMENT, "workspace");
-    SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, W, 16, NULL), SJ_ERR_NO_GPU,
-                     NULL);
+    if (!has_gpu(ctx))   /* as above: on a GPU the fake pointers would be written */
+        SJ_ASSERT_STATUS(sj_vnm_compress_device_ws(ctx, &l, A, 200, SJ_VNM_EXACT, &out, W, 16, NULL), SJ_ERR_NO_GPU,
+                         NULL);
     sj_context_destroy(ctx);
 }
 
