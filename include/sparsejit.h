@@ -590,7 +590,7 @@ SJ_API sj_status sj_twell_gate(sj_context *ctx, const sj_problem *problem, sj_de
  * ALGO=2 on tensor cores, sm_90a only; both use a workspace of 4 * tokens * d_ff bytes and a
  * little more (tokens and d_ff rounded up to 512), allocated once per context and kept; two
  * such launches on one context must not run at the same time on different streams). Without a
- * config the template picks ALGO=2 on sm_90a for a declared twell_sparsity in [0.9, 0.995]
+ * config the template picks ALGO=2 on sm_90a for a declared twell_sparsity in [0.9, 0.998)
  * when its work items fill at least half the GPU's SMs (16 warps a block, else 8), else ALGO=0.
  * stream: a CUstream or NULL. */
 SJ_API sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *problem, sj_devptr X,
