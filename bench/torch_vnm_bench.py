@@ -23,7 +23,7 @@ from torch.utils import benchmark
 
 import sparsejit.nn
 import sparsejit.ops as sops
-from sparsejit._lib import Problem, call
+from sparsejit._lib import Problem, VnmDevice, call
 from sparsejit.formats import vnm_layout
 
 
@@ -75,9 +75,9 @@ def launch_cost(calls: int = 2000) -> dict:
     lay = vnm_layout(rows, cols, "64:2:8", "f16")
     p = Problem()
     call("sj_vnm_problem", ctypes.byref(lay), n, 1, ctypes.byref(p))
-    ctx, stream = sops._ctx_stream(b)
-    dev = sops._vnm_device(lay, values, meta, index)
-    args = (ctx.handle, ctypes.byref(p), ctypes.byref(dev), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream)
+    handle, stream = sops._ctx_stream(b)
+    dev = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    args = (handle, ctypes.byref(p), ctypes.byref(dev), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream)
     bare = lambda: call("sj_vnm_spmm", *args)
     out = {}
     for name, fn in (("torch op", op), ("bare sj_vnm_spmm", bare), ("torch op", op), ("bare sj_vnm_spmm", bare)):

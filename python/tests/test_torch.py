@@ -5,6 +5,8 @@ and argument errors, a state_dict round trip, CUDA-graph capture of a forward an
 small model. Skips, saying why, where torch or a GPU is missing."""
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the torch layer is not tested here")
@@ -282,3 +284,98 @@ def test_gmp_on_the_device_matches_the_host_and_ends_in_vnm_linear(dtype):
     model = gmp.finish(model)
     assert isinstance(model[0], sparsejit.nn.VNMLinear)
     assert torch.equal(model[0].masked_weight(), w.detach())
+
+
+# ---------------------------------------------------------------- the ops' plan caches (no GPU)
+
+
+def _fields(s) -> tuple:
+    """A struct's field values (not its bytes: the padding is not part of the value)."""
+    return tuple(getattr(s, f) for f, _ in s._fields_)
+
+
+def _fresh_problem(fn: str, *args):
+    from sparsejit._lib import Problem, call
+    p = Problem()
+    call(fn, *[ctypes.byref(a) if hasattr(a, "_fields_") else a for a in args], ctypes.byref(p))
+    return p
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cached_plans_equal_freshly_built_structs(rng, dtype):
+    from sparsejit._lib import GmpSchedule, VnmLayout, call
+    from sparsejit.formats import twell_layout, vnm_layout
+    ops = sparsejit.ops
+    name = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    codes = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3}
+    for _ in range(6):
+        rows, cols = (int(d) * 64 for d in rng.integers(1, 40, 2))
+        vnm = f"{int(rng.choice([64, 128]))}:2:{int(rng.choice([4, 8, 16]))}"
+        n = int(rng.integers(1, 64)) * 8
+        out = [torch.float16, torch.bfloat16, torch.float32][int(rng.integers(3))]
+        lay = vnm_layout(rows, cols, vnm, name)
+        lay_c, sizes = ops._vnm_plan(rows, cols, vnm, dtype)
+        assert _fields(lay_c) == _fields(lay)
+        assert sizes == (lay.values_bytes // 2, lay.meta_bytes // 4, lay.index_bytes // 4)
+        assert sizes == ops.vnm_sizes(rows, cols, vnm, dtype)
+        _, _, p = ops._spmm_plan(rows, cols, vnm, dtype, n, out)
+        assert _fields(p) == _fields(_fresh_problem("sj_vnm_problem", lay, n, codes[out]))
+        p = ops._dw_problem(rows, cols, vnm, dtype, n, out)
+        assert _fields(p) == _fields(_fresh_problem("sj_vnm_dw_problem", lay, n, codes[out]))
+        lt, t_sizes, need = ops._double_prune_plan(rows, cols, vnm, dtype)
+        fresh_t, fresh_need = VnmLayout(), ctypes.c_size_t()
+        call("sj_vnm_transpose_layout", ctypes.byref(lay), ctypes.byref(fresh_t))
+        call("sj_vnm_double_prune_workspace", ctypes.byref(lay), ctypes.byref(fresh_need))
+        assert (_fields(lt), need) == (_fields(fresh_t), fresh_need.value)
+        assert t_sizes == ops.vnm_sizes(cols, rows, vnm, dtype)
+        m = int(rng.choice([4, 8, 16]))
+        s, need = ops._gmp_plan(0.0, 1.0 - 2.0 / m, 0, 1, 4, 64, m, dtype, rows, cols)
+        fresh_s = GmpSchedule(0.0, 1.0 - 2.0 / m, 0, 1, 4, 64, m)
+        call("sj_gmp_prune_workspace", ctypes.byref(fresh_s), codes[dtype], rows, cols, ctypes.byref(fresh_need))
+        assert (_fields(s), need) == (_fields(fresh_s), fresh_need.value)
+
+        tokens, d_model, d_ff = n, cols, rows
+        tile, cap, sparsity = int(rng.choice([64, 128])), int(rng.choice([8, 16, 32])), float(rng.uniform(0.9, 1.0))
+        tw = twell_layout(tokens, d_ff, f"{tile}:{cap}", name)
+        lay_c, p = ops._twell_gate_plan(tokens, d_ff, tile, cap, dtype, d_model, sparsity)
+        fresh = _fresh_problem("sj_twell_gate_problem", tw, d_model)
+        fresh.twell_sparsity = sparsity
+        assert (_fields(lay_c), _fields(p)) == (_fields(tw), _fields(fresh))
+        lay_c, shapes, p, need = ops._twell_ffn_plan(tokens, d_ff, tile, cap, dtype, d_model, out, sparsity)
+        fresh = _fresh_problem("sj_twell_ffn_problem", tw, d_model, codes[out])
+        fresh.twell_sparsity = sparsity
+        assert (_fields(lay_c), _fields(p)) == (_fields(tw), _fields(fresh))
+        assert shapes == ((tokens, tw.n_tiles, cap), (tokens, tw.n_tiles), (tokens, d_ff))
+        assert need == sparsejit.problem.workspace_size(fresh)
+
+
+def test_cached_plans_are_not_shared_across_dtypes_or_patterns():
+    ops = sparsejit.ops
+    rows, cols, n = 256, 512, 64
+    f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
+    plans = {key: ops._spmm_plan(rows, cols, key[0], key[1], n, key[2]) for key in (
+        ("64:2:8", f16, f16), ("64:2:8", bf16, bf16), ("64:2:8", f16, f32), ("64:2:4", f16, f16),
+        ("128:2:8", f16, f16))}
+    assert len({id(p) for _, _, p in plans.values()}) == len(plans)
+    for (vnm, dt, out), (lay, _, p) in plans.items():
+        v, _, m = (int(x) for x in vnm.split(":"))
+        assert (lay.dtype, p.dtype) == ({f16: 1, bf16: 2}[dt],) * 2
+        assert p.out_dtype == {f16: 1, bf16: 2, f32: 3}[out]
+        assert (lay.v, lay.m, p.vnm_v, p.vnm_m) == (v, m, v, m)
+    # the same key gives the same plan; a twell sparsity is part of the key
+    assert ops._spmm_plan(rows, cols, "64:2:8", f16, n, f16) is plans[("64:2:8", f16, f16)]
+    _, p1 = ops._twell_gate_plan(64, 1024, 128, 16, f16, 256, 0.99)
+    _, p2 = ops._twell_gate_plan(64, 1024, 128, 16, f16, 256, 0.9)
+    _, p3 = ops._twell_gate_plan(64, 1024, 128, 16, bf16, 256, 0.99)
+    assert (p1.twell_sparsity, p2.twell_sparsity, p1.dtype, p3.dtype) == (0.99, 0.9, 1, 2)
+
+
+def test_plans_do_not_keep_a_refused_key():
+    ops = sparsejit.ops
+    before = ops._spmm_plan.cache_info().currsize, ops._vnm_plan.cache_info().currsize
+    for _ in range(2):  # refused again, not answered from a cache
+        with pytest.raises(ValueError, match="vnm_spmm: out_dtype"):
+            ops._spmm_plan(256, 512, "64:2:8", torch.float16, 64, torch.int8)
+        with pytest.raises(sparsejit.InvalidArgumentError):
+            ops._vnm_plan(256, 512, "64:3:8", torch.float16)
+    assert (ops._spmm_plan.cache_info().currsize, ops._vnm_plan.cache_info().currsize) == before

@@ -76,6 +76,9 @@ class Context:
     def for_device(cls, device: int) -> "Context":
         """The one context of a device (on its primary context, shared with PyTorch), created on
         first use with the defaults and $SPARSEJIT_TUNE."""
+        ctx = cls._per_device.get(device)  # every op call asks: no lock once the context exists
+        if ctx is not None:
+            return ctx
         with cls._per_device_lock:
             ctx = cls._per_device.get(device)
             if ctx is None:

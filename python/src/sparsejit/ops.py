@@ -3,53 +3,146 @@ vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn}`` with
 GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
 or waits for the device (the first call of a shape loads its kernel: make it before capture).
-One sparsejit context per device, on the primary context torch uses. Needs torch."""
+One sparsejit context per device, on the primary context torch uses. Needs torch.
+
+Host cost: what depends only on the call's plain arguments (shape, pattern, dtypes) - the layout,
+the sj_problem, the expected array sizes, the workspace size and the checks on those - is built
+once per key and kept (the ``_plan`` caches below; the C side reads the structs through const
+pointers, so one copy serves every call and thread). Per call remain the checks on the tensors
+themselves, the output allocations and the launch (bench/ops_host_cost.py times this path)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Optional
 
 import torch
 
-from sparsejit._lib import GmpSchedule, GmpTarget, Problem, TwellDevice, VnmDevice, VnmLayout, call
+from sparsejit._lib import GmpSchedule, GmpTarget, Problem, TwellDevice, TwellLayout, VnmDevice, VnmLayout, call, \
+    check, lib
 from sparsejit.context import Context
 from sparsejit.formats import SELECT, twell_layout, vnm_layout
 from sparsejit.problem import workspace_size
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+_SJ_DTYPE = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3}  # sj_dtype (include/sparsejit.h)
+_HALF = (torch.float16, torch.bfloat16)
+_ALL = tuple(_DTYPES)
+#: Entries per plan cache: a model has a few shapes per layer kind, times its token counts.
+_PLANS = 4096
+
+# The launches, resolved once: lib.<name> is an attribute lookup through CDLL per use.
+_VNM_SPMM, _VNM_COMPRESS, _VNM_DW = lib.sj_vnm_spmm, lib.sj_vnm_compress_device_ws, lib.sj_vnm_dw
+_VNM_DX_EXACT, _VNM_DOUBLE_PRUNE, _GMP_PRUNE = lib.sj_vnm_dx_exact, lib.sj_vnm_double_prune, lib.sj_gmp_prune
+_TWELL_GATE, _TWELL_FFN = lib.sj_twell_gate, lib.sj_twell_ffn_ws
+# The current stream's cudaStream_t as an int (what torch.compile's generated code calls):
+# torch.cuda.current_stream builds a Stream object per call, several us.
+# Absent from CPU-only builds of torch, which have no CUDA tensors for an op to launch on.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_byref = ctypes.byref
 
 
-def _name(dtype: torch.dtype, what: str, allowed=(torch.float16, torch.bfloat16)) -> str:
+def _name(dtype: torch.dtype, what: str, allowed: tuple = _HALF) -> str:
     if dtype not in allowed:
         raise ValueError(f"{what}: dtype {dtype} is not supported; expected one of {list(allowed)}")
     return _DTYPES[dtype]
 
 
 def _check(t: torch.Tensor, what: str, ndim: int) -> None:
-    if t.device.type != "cuda":
+    if t.is_cuda and t.dim() == ndim and t.is_contiguous():
+        return
+    if not t.is_cuda:
         raise ValueError(f"{what}: expected a CUDA tensor, got one on {t.device}")
     if t.dim() != ndim:
         raise ValueError(f"{what}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
-    if not t.is_contiguous():
-        raise ValueError(f"{what}: expected a contiguous tensor (call .contiguous())")
+    raise ValueError(f"{what}: expected a contiguous tensor (call .contiguous())")
 
 
-def _ctx_stream(t: torch.Tensor) -> tuple[Context, ctypes.c_void_p]:
-    ctx = Context.for_device(t.device.index)
-    return ctx, ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+def _ctx_stream(t: torch.Tensor) -> tuple[ctypes.c_void_p, int]:
+    """The context handle and current stream of t's device."""
+    device = t.get_device()
+    return Context.for_device(device).handle, _raw_stream(device)
 
 
-def _vnm_device(lay, values, meta, index) -> VnmDevice:
-    d = VnmDevice()
-    d.layout = lay
-    d.values, d.meta, d.index = values.data_ptr(), meta.data_ptr(), index.data_ptr()
-    return d
+# ---------------------------------------------------------------- plans (cached per plain key)
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _vnm_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype) -> tuple[VnmLayout, tuple[int, int, int]]:
+    """The layout of a rows x cols V:N:M matrix of dtype (f16/bf16) and its arrays' element
+    counts (values, meta, index)."""
+    lay = vnm_layout(rows, cols, vnm, _DTYPES[dtype])
+    return lay, (lay.values_bytes // 2, lay.meta_bytes // 4, lay.index_bytes // 4)
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _spmm_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype, n: int,
+               out_dtype: torch.dtype) -> tuple[VnmLayout, tuple[int, int, int], Problem]:
+    _name(out_dtype, "vnm_spmm: out_dtype", _ALL)
+    lay, sizes = _vnm_plan(rows, cols, vnm, dtype)
+    p = Problem()
+    call("sj_vnm_problem", _byref(lay), n, _SJ_DTYPE[out_dtype], _byref(p))
+    return lay, sizes, p
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _dw_problem(rows: int, cols: int, vnm: str, dtype: torch.dtype, tokens: int, out_dtype: torch.dtype) -> Problem:
+    _name(out_dtype, "vnm_dw: out_dtype", _ALL)
+    p = Problem()
+    call("sj_vnm_dw_problem", _byref(_vnm_plan(rows, cols, vnm, dtype)[0]), tokens, _SJ_DTYPE[out_dtype], _byref(p))
+    return p
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _double_prune_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype) -> tuple[VnmLayout, tuple[int, int, int],
+                                                                                   int]:
+    """W^T's layout and element counts, and the workspace bytes of sj_vnm_double_prune."""
+    lay = _vnm_plan(rows, cols, vnm, dtype)[0]
+    lt = VnmLayout()
+    call("sj_vnm_transpose_layout", _byref(lay), _byref(lt))
+    need = ctypes.c_size_t()
+    call("sj_vnm_double_prune_workspace", _byref(lay), _byref(need))
+    return lt, (lt.values_bytes // 2, lt.meta_bytes // 4, lt.index_bytes // 4), need.value
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _gmp_plan(initial_sparsity: float, final_sparsity: float, start_step: int, interval: int, n_steps: int, v: int,
+              m: int, dtype: torch.dtype, rows: int, cols: int) -> tuple[GmpSchedule, int]:
+    """The schedule struct and the workspace bytes of sj_gmp_prune (which checks the schedule)."""
+    s = GmpSchedule(initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m)
+    need = ctypes.c_size_t()
+    call("sj_gmp_prune_workspace", _byref(s), _SJ_DTYPE[dtype], rows, cols, _byref(need))
+    return s, need.value
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _twell_gate_plan(tokens: int, d_ff: int, tile: int, capacity: int, dtype: torch.dtype, d_model: int,
+                     sparsity: float) -> tuple[TwellLayout, Problem]:
+    lay = twell_layout(tokens, d_ff, f"{tile}:{capacity}", _DTYPES[dtype])
+    p = Problem()
+    call("sj_twell_gate_problem", _byref(lay), d_model, _byref(p))
+    p.twell_sparsity = sparsity
+    return lay, p
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _twell_ffn_plan(tokens: int, d_ff: int, tile: int, capacity: int, dtype: torch.dtype, d_model: int,
+                    out_dtype: torch.dtype, sparsity: float) -> tuple[TwellLayout, tuple, Problem, int]:
+    """The layout, the shapes (entries, counts, spill) of the TwELL it describes, the problem and
+    the pairs kernels' workspace bytes."""
+    _name(out_dtype, "twell_ffn: out_dtype", _ALL)
+    lay = twell_layout(tokens, d_ff, f"{tile}:{capacity}", _DTYPES[dtype])
+    p = Problem()
+    call("sj_twell_ffn_problem", _byref(lay), d_model, _SJ_DTYPE[out_dtype], _byref(p))
+    p.twell_sparsity = sparsity
+    shapes = ((tokens, lay.n_tiles, capacity), (tokens, lay.n_tiles), (tokens, d_ff))
+    return lay, shapes, p, workspace_size(p)
 
 
 def vnm_sizes(rows: int, cols: int, vnm: str, dtype: torch.dtype) -> tuple[int, int, int]:
     """Elements of the values (dtype), meta (int32) and index (int32) of a compressed matrix."""
-    lay = vnm_layout(rows, cols, vnm, _name(dtype, "vnm"))
-    return lay.values_bytes // 2, lay.meta_bytes // 4, lay.index_bytes // 4
+    _name(dtype, "vnm")
+    return _vnm_plan(rows, cols, vnm, dtype)[1]
 
 
 # ---------------------------------------------------------------- vnm_compress
@@ -62,18 +155,20 @@ def vnm_compress(a: torch.Tensor, vnm: str, select: str) -> tuple[torch.Tensor, 
     word). select: "l2" / "l1" (magnitude pruning) or "exact"; for exact, the int64 word is -1
     when a had the pattern, else where it broke it (check_pattern reads it, with a sync)."""
     _check(a, "vnm_compress: a", 2)
-    if select not in SELECT:
+    code = SELECT.get(select)
+    if code is None:
         raise ValueError(f"vnm_compress: select {select!r}: expected exact, l2 or l1")
-    lay = vnm_layout(a.shape[0], a.shape[1], vnm, _name(a.dtype, "vnm_compress: a"))
-    nv, nm, ni = lay.values_bytes // 2, lay.meta_bytes // 4, lay.index_bytes // 4
+    _name(a.dtype, "vnm_compress: a")
+    rows, cols = a.shape
+    lay, (nv, nm, ni) = _vnm_plan(rows, cols, vnm, a.dtype)
     values = torch.empty(nv, dtype=a.dtype, device=a.device)
     meta = torch.empty(nm, dtype=torch.int32, device=a.device)
     index = torch.empty(ni, dtype=torch.int32, device=a.device)
     word = torch.empty(2, dtype=torch.int64, device=a.device)  # 16 bytes: sj_workspace_size
-    ctx, stream = _ctx_stream(a)
-    out = _vnm_device(lay, values, meta, index)
-    call("sj_vnm_compress_device_ws", ctx.handle, ctypes.byref(lay), a.data_ptr(), a.shape[1], SELECT[select],
-         ctypes.byref(out), word.data_ptr(), word.numel() * 8, stream)
+    handle, stream = _ctx_stream(a)
+    out = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    check(_VNM_COMPRESS(handle, _byref(lay), a.data_ptr(), cols, code, _byref(out), word.data_ptr(), 16, stream),
+          "sj_vnm_compress_device_ws")
     return values, meta, index, word[:1]
 
 
@@ -86,8 +181,9 @@ def _(a, vnm, select):
 
 def check_pattern(word: torch.Tensor, rows: int, cols: int, vnm: str, dtype: torch.dtype) -> None:
     """Raises PatternError naming where the matrix broke V:N:M (reads the word: synchronises)."""
-    lay = vnm_layout(rows, cols, vnm, _name(dtype, "check_pattern"))
-    call("sj_vnm_pattern_status", ctypes.byref(lay), int(word.item()) & ((1 << 64) - 1))
+    _name(dtype, "check_pattern")
+    lay = _vnm_plan(rows, cols, vnm, dtype)[0]
+    call("sj_vnm_pattern_status", _byref(lay), int(word.item()) & ((1 << 64) - 1))
 
 
 # ---------------------------------------------------------------- vnm_spmm
@@ -98,23 +194,25 @@ def vnm_spmm(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: t
              vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """C = A . B on sparse tensor cores: A the V:N:M matrix (rows x cols) of values/meta/index,
     B dense cols x n (n a multiple of 8), C rows x n in out_dtype (default B's dtype)."""
-    for t, what, nd in ((values, "values", 1), (meta, "meta", 1), (index, "index", 1), (b, "b", 2)):
-        _check(t, f"vnm_spmm: {what}", nd)
-    dt = _name(b.dtype, "vnm_spmm: b")
-    if values.dtype != b.dtype:
-        raise ValueError(f"vnm_spmm: values are {values.dtype} but b is {b.dtype}")
-    if b.shape[0] != cols:
-        raise ValueError(f"vnm_spmm: b has {b.shape[0]} rows; A has {cols} columns")
-    lay = vnm_layout(rows, cols, vnm, dt)
-    if (values.numel() * 2, meta.numel() * 4, index.numel() * 4) != (lay.values_bytes, lay.meta_bytes, lay.index_bytes):
+    _check(values, "vnm_spmm: values", 1)
+    _check(meta, "vnm_spmm: meta", 1)
+    _check(index, "vnm_spmm: index", 1)
+    _check(b, "vnm_spmm: b", 2)
+    dt = b.dtype
+    _name(dt, "vnm_spmm: b")
+    if values.dtype != dt:
+        raise ValueError(f"vnm_spmm: values are {values.dtype} but b is {dt}")
+    k, n = b.shape
+    if k != cols:
+        raise ValueError(f"vnm_spmm: b has {k} rows; A has {cols} columns")
+    out_dt = out_dtype or dt
+    lay, sizes, p = _spmm_plan(rows, cols, vnm, dt, n, out_dt)
+    if (values.numel(), meta.numel(), index.numel()) != sizes:
         raise ValueError(f"vnm_spmm: values/meta/index do not hold a {rows}x{cols} {vnm} matrix")
-    out_dt = out_dtype or b.dtype
-    c = torch.empty(rows, b.shape[1], dtype=out_dt, device=b.device)
-    p = Problem()
-    call("sj_vnm_problem", ctypes.byref(lay), b.shape[1], _ctypes_dtype(out_dt), ctypes.byref(p))
-    ctx, stream = _ctx_stream(b)
-    a = _vnm_device(lay, values, meta, index)
-    call("sj_vnm_spmm", ctx.handle, ctypes.byref(p), ctypes.byref(a), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream)
+    c = torch.empty(rows, n, dtype=out_dt, device=b.device)
+    handle, stream = _ctx_stream(b)
+    a = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    check(_VNM_SPMM(handle, _byref(p), _byref(a), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream), "sj_vnm_spmm")
     return c
 
 
@@ -123,22 +221,19 @@ def _(values, meta, index, b, rows, cols, vnm, out_dtype=None):
     return b.new_empty(rows, b.shape[1], dtype=out_dtype or b.dtype)
 
 
-def _ctypes_dtype(dtype: torch.dtype) -> int:
-    return {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3}[dtype]
-
-
 # ---------------------------------------------------------------- V:N:M training (docs/training.md)
 # W (rows x cols) is the compressed weight of a linear layer y = W . x; the products take the
 # tokens contiguous: dY rows x tokens, X cols x tokens, dX cols x tokens, tokens a multiple of 8.
 
 
 def _vnm_arrays(values: Optional[torch.Tensor], meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
-                vnm: str, dtype: torch.dtype, what: str):
+                vnm: str, dtype: torch.dtype, what: str) -> VnmLayout:
     """W's layout, after checking that its arrays hold a rows x cols vnm matrix of dtype
     (values may be None: vnm_dw reads only meta and index)."""
-    lay = vnm_layout(rows, cols, vnm, _name(dtype, what))
-    nv = values.numel() * 2 if values is not None else lay.values_bytes
-    if (nv, meta.numel() * 4, index.numel() * 4) != (lay.values_bytes, lay.meta_bytes, lay.index_bytes):
+    _name(dtype, what)
+    lay, sizes = _vnm_plan(rows, cols, vnm, dtype)
+    nv = values.numel() if values is not None else sizes[0]
+    if (nv, meta.numel(), index.numel()) != sizes:
         raise ValueError(f"{what}: values/meta/index do not hold a {rows}x{cols} {vnm} matrix (see vnm_sizes)")
     if values is not None and values.dtype != dtype:
         raise ValueError(f"{what}: values are {values.dtype} but the dense operand is {dtype}")
@@ -170,18 +265,18 @@ def vnm_dw(dy: torch.Tensor, x: torch.Tensor, meta: torch.Tensor, index: torch.T
     element per slot of ``values``, 0 in padding slots), so it is ``values``' gradient as is:
     dy rows x tokens, x cols x tokens (f16/bf16), fp32 accumulation on tensor cores; out_dtype
     (default dy's) f16, bf16 or f32. Reads W's meta and index only."""
-    for t, what, nd in ((dy, "dy", 2), (x, "x", 2), (meta, "meta", 1), (index, "index", 1)):
-        _check(t, f"vnm_dw: {what}", nd)
+    _check(dy, "vnm_dw: dy", 2)
+    _check(x, "vnm_dw: x", 2)
+    _check(meta, "vnm_dw: meta", 1)
+    _check(index, "vnm_dw: index", 1)
     lay = _dw_checks(dy, x, meta, index, rows, cols, vnm)
     out_dt = out_dtype or dy.dtype
-    _name(out_dt, "vnm_dw: out_dtype", tuple(_DTYPES))
+    tokens = dy.shape[1]
+    p = _dw_problem(rows, cols, vnm, dy.dtype, tokens, out_dt)
     dw = torch.empty(lay.values_bytes // 2, dtype=out_dt, device=dy.device)
-    p = Problem()
-    call("sj_vnm_dw_problem", ctypes.byref(lay), dy.shape[1], _ctypes_dtype(out_dt), ctypes.byref(p))
-    ctx, stream = _ctx_stream(dy)
-    w = VnmDevice()
-    w.layout, w.values, w.meta, w.index = lay, 0, meta.data_ptr(), index.data_ptr()
-    call("sj_vnm_dw", ctx.handle, ctypes.byref(p), ctypes.byref(w), dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+    handle, stream = _ctx_stream(dy)
+    w = VnmDevice(lay, 0, meta.data_ptr(), index.data_ptr())
+    check(_VNM_DW(handle, _byref(p), _byref(w), dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream), "sj_vnm_dw")
     return dw
 
 
@@ -201,17 +296,20 @@ def vnm_dx_exact(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, 
                  cols: int, vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """The exact input gradient dX = W^T . dY (cols x tokens, out_dtype, default dy's): the dense
     masked W^T into a workspace from torch's allocator, then the dense tensor-core gemm."""
-    for t, what, nd in ((values, "values", 1), (meta, "meta", 1), (index, "index", 1), (dy, "dy", 2)):
-        _check(t, f"vnm_dx_exact: {what}", nd)
+    _check(values, "vnm_dx_exact: values", 1)
+    _check(meta, "vnm_dx_exact: meta", 1)
+    _check(index, "vnm_dx_exact: index", 1)
+    _check(dy, "vnm_dx_exact: dy", 2)
     lay = _dx_checks(values, meta, index, dy, rows, cols, vnm)
     out_dt = out_dtype or dy.dtype
-    _name(out_dt, "vnm_dx_exact: out_dtype", tuple(_DTYPES))
+    _name(out_dt, "vnm_dx_exact: out_dtype", _ALL)
+    tokens = dy.shape[1]
     wt = torch.empty(cols * rows, dtype=dy.dtype, device=dy.device)
-    dx = torch.empty(cols, dy.shape[1], dtype=out_dt, device=dy.device)
-    ctx, stream = _ctx_stream(dy)
-    w = _vnm_device(lay, values, meta, index)
-    call("sj_vnm_dx_exact", ctx.handle, ctypes.byref(w), wt.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.shape[1],
-         _ctypes_dtype(out_dt), stream)
+    dx = torch.empty(cols, tokens, dtype=out_dt, device=dy.device)
+    handle, stream = _ctx_stream(dy)
+    w = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    check(_VNM_DX_EXACT(handle, _byref(w), wt.data_ptr(), dy.data_ptr(), dx.data_ptr(), tokens, _SJ_DTYPE[out_dt],
+                        stream), "sj_vnm_dx_exact")
     return dx
 
 
@@ -227,20 +325,19 @@ def vnm_double_prune(values: torch.Tensor, meta: torch.Tensor, index: torch.Tens
     """WT2, the double-pruned copy of W^T (cols x rows, the same V:N:M; SLoPe): W^T re-pruned by
     magnitude along its own rows, as (values, meta, index) for vnm_spmm(..., cols, rows, vnm).
     It keeps about 4/M of W^T's non-zeros: dX through it is far from exact beyond 2:4."""
-    for t, what in ((values, "values"), (meta, "meta"), (index, "index")):
-        _check(t, f"vnm_double_prune: {what}", 1)
+    _check(values, "vnm_double_prune: values", 1)
+    _check(meta, "vnm_double_prune: meta", 1)
+    _check(index, "vnm_double_prune: index", 1)
     lay = _vnm_arrays(values, meta, index, rows, cols, vnm, values.dtype, "vnm_double_prune")
-    lt = VnmLayout()
-    call("sj_vnm_transpose_layout", ctypes.byref(lay), ctypes.byref(lt))
-    need = ctypes.c_size_t()
-    call("sj_vnm_double_prune_workspace", ctypes.byref(lay), ctypes.byref(need))
-    ws = torch.empty(need.value, dtype=torch.uint8, device=values.device)
-    v2 = torch.empty(lt.values_bytes // 2, dtype=values.dtype, device=values.device)
-    m2 = torch.empty(lt.meta_bytes // 4, dtype=torch.int32, device=values.device)
-    i2 = torch.empty(lt.index_bytes // 4, dtype=torch.int32, device=values.device)
-    ctx, stream = _ctx_stream(values)
-    w, wt2 = _vnm_device(lay, values, meta, index), _vnm_device(lt, v2, m2, i2)
-    call("sj_vnm_double_prune", ctx.handle, ctypes.byref(w), ctypes.byref(wt2), ws.data_ptr(), ws.numel(), stream)
+    lt, (nv, nm, ni), need = _double_prune_plan(rows, cols, vnm, values.dtype)
+    ws = torch.empty(need, dtype=torch.uint8, device=values.device)
+    v2 = torch.empty(nv, dtype=values.dtype, device=values.device)
+    m2 = torch.empty(nm, dtype=torch.int32, device=values.device)
+    i2 = torch.empty(ni, dtype=torch.int32, device=values.device)
+    handle, stream = _ctx_stream(values)
+    w = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    wt2 = VnmDevice(lt, v2.data_ptr(), m2.data_ptr(), i2.data_ptr())
+    check(_VNM_DOUBLE_PRUNE(handle, _byref(w), _byref(wt2), ws.data_ptr(), need, stream), "sj_vnm_double_prune")
     return v2, m2, i2
 
 
@@ -270,7 +367,7 @@ def gmp_schedule(vnm: str, final_sparsity: Optional[float] = None, initial_spars
 def gmp_target(schedule: GmpSchedule, step: int) -> GmpTarget:
     """What the schedule asks at step: prune_now, sparsity, pattern_m (0: no pattern yet)."""
     t = GmpTarget()
-    call("sj_gmp_target_at", ctypes.byref(schedule), step, ctypes.byref(t))
+    call("sj_gmp_target_at", _byref(schedule), step, _byref(t))
     return t
 
 
@@ -285,13 +382,12 @@ def gmp_prune(w: torch.Tensor, mask: torch.Tensor, step: int, initial_sparsity: 
     if mask.dtype != torch.uint8 or mask.shape != w.shape:
         raise ValueError(f"gmp_prune: mask is {tuple(mask.shape)} {mask.dtype}; expected {tuple(w.shape)} uint8")
     _name(w.dtype, "gmp_prune: w")
-    s = GmpSchedule(initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m)
-    need = ctypes.c_size_t()
-    call("sj_gmp_prune_workspace", ctypes.byref(s), _ctypes_dtype(w.dtype), w.shape[0], w.shape[1], ctypes.byref(need))
-    ws = torch.empty(need.value, dtype=torch.uint8, device=w.device)
-    ctx, stream = _ctx_stream(w)
-    call("sj_gmp_prune", ctx.handle, ctypes.byref(s), step, _ctypes_dtype(w.dtype), w.shape[0], w.shape[1],
-         w.data_ptr(), w.shape[1], mask.data_ptr(), mask.shape[1], ws.data_ptr(), ws.numel(), stream)
+    rows, cols = w.shape
+    s, need = _gmp_plan(initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m, w.dtype, rows, cols)
+    ws = torch.empty(need, dtype=torch.uint8, device=w.device)
+    handle, stream = _ctx_stream(w)
+    check(_GMP_PRUNE(handle, _byref(s), step, _SJ_DTYPE[w.dtype], rows, cols, w.data_ptr(), cols, mask.data_ptr(),
+                     cols, ws.data_ptr(), need, stream), "sj_gmp_prune")
 
 
 @gmp_prune.register_fake
@@ -302,15 +398,6 @@ def _(w, mask, step, initial_sparsity, final_sparsity, start_step, interval, n_s
 # ---------------------------------------------------------------- TwELL
 
 
-
-
-def _twell_device(lay, entries, counts, spill) -> TwellDevice:
-    d = TwellDevice()
-    d.layout = lay
-    d.entries, d.counts, d.spill = entries.data_ptr(), counts.data_ptr(), spill.data_ptr()
-    return d
-
-
 @torch.library.custom_op("sparsejit::twell_gate", mutates_args=())
 def twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
                sparsity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -319,21 +406,19 @@ def twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
     activations' expected fraction of zeros, which picks the tuned kernel."""
     _check(x, "twell_gate: x", 2)
     _check(wg_t, "twell_gate: wg_t", 2)
-    dt = _name(x.dtype, "twell_gate: x")
+    _name(x.dtype, "twell_gate: x")
     if wg_t.dtype != x.dtype or wg_t.shape[1] != x.shape[1]:
         raise ValueError(f"twell_gate: wg_t {tuple(wg_t.shape)} {wg_t.dtype} does not fit x "
                          f"{tuple(x.shape)} {x.dtype} (expected d_ff x d_model of x's dtype)")
-    tokens, d_ff = x.shape[0], wg_t.shape[0]
-    lay = twell_layout(tokens, d_ff, f"{tile}:{capacity}", dt)
+    tokens, d_model = x.shape
+    d_ff = wg_t.shape[0]
+    lay, p = _twell_gate_plan(tokens, d_ff, tile, capacity, x.dtype, d_model, sparsity)
     entries = torch.empty(tokens, lay.n_tiles, capacity, dtype=torch.int32, device=x.device)
     counts = torch.empty(tokens, lay.n_tiles, dtype=torch.int32, device=x.device)
     spill = torch.empty(tokens, d_ff, dtype=x.dtype, device=x.device)
-    p = Problem()
-    call("sj_twell_gate_problem", ctypes.byref(lay), x.shape[1], ctypes.byref(p))
-    p.twell_sparsity = sparsity
-    ctx, stream = _ctx_stream(x)
-    h = _twell_device(lay, entries, counts, spill)
-    call("sj_twell_gate", ctx.handle, ctypes.byref(p), x.data_ptr(), wg_t.data_ptr(), ctypes.byref(h), stream)
+    handle, stream = _ctx_stream(x)
+    h = TwellDevice(lay, entries.data_ptr(), counts.data_ptr(), spill.data_ptr())
+    check(_TWELL_GATE(handle, _byref(p), x.data_ptr(), wg_t.data_ptr(), _byref(h), stream), "sj_twell_gate")
     return entries, counts, spill
 
 
@@ -350,29 +435,30 @@ def twell_ffn(x: torch.Tensor, entries: torch.Tensor, counts: torch.Tensor, spil
               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """y = (H (.) (x . Wu)) . Wd with H the TwELL of twell_gate; wu_t and wd d_ff x d_model. The
     pairs kernels' workspace comes from torch's allocator (sj_twell_ffn_ws)."""
-    for t, what, nd in ((x, "x", 2), (entries, "entries", 3), (counts, "counts", 2), (spill, "spill", 2),
-                        (wu_t, "wu_t", 2), (wd, "wd", 2)):
-        _check(t, f"twell_ffn: {what}", nd)
-    dt = _name(x.dtype, "twell_ffn: x")
-    tokens, d_model, d_ff = x.shape[0], x.shape[1], wu_t.shape[0]
+    _check(x, "twell_ffn: x", 2)
+    _check(entries, "twell_ffn: entries", 3)
+    _check(counts, "twell_ffn: counts", 2)
+    _check(spill, "twell_ffn: spill", 2)
+    _check(wu_t, "twell_ffn: wu_t", 2)
+    _check(wd, "twell_ffn: wd", 2)
+    dt = x.dtype
+    _name(dt, "twell_ffn: x")
+    tokens, d_model = x.shape
+    d_ff = wu_t.shape[0]
     for t, what in ((wu_t, "wu_t"), (wd, "wd")):
-        if t.dtype != x.dtype or tuple(t.shape) != (d_ff, d_model):
-            raise ValueError(f"twell_ffn: {what} is {tuple(t.shape)} {t.dtype}; expected ({d_ff}, {d_model}) {x.dtype}")
-    lay = twell_layout(tokens, d_ff, f"{tile}:{capacity}", dt)
-    if (tuple(entries.shape), tuple(counts.shape), tuple(spill.shape)) != (
-            (tokens, lay.n_tiles, capacity), (tokens, lay.n_tiles), (tokens, d_ff)):
+        if t.dtype != dt or t.shape != (d_ff, d_model):
+            raise ValueError(f"twell_ffn: {what} is {tuple(t.shape)} {t.dtype}; expected ({d_ff}, {d_model}) {dt}")
+    out_dt = out_dtype or dt
+    lay, shapes, p, need = _twell_ffn_plan(tokens, d_ff, tile, capacity, dt, d_model, out_dt, sparsity)
+    if (entries.shape, counts.shape, spill.shape) != shapes:
         raise ValueError("twell_ffn: entries/counts/spill do not hold the TwELL of "
                          f"{tokens} x {d_ff} at {tile}:{capacity} (see twell_gate)")
-    out_dt = out_dtype or x.dtype
-    p = Problem()
-    call("sj_twell_ffn_problem", ctypes.byref(lay), d_model, _ctypes_dtype(out_dt), ctypes.byref(p))
-    p.twell_sparsity = sparsity
     y = torch.empty(tokens, d_model, dtype=out_dt, device=x.device)
-    ws = torch.empty(workspace_size(p), dtype=torch.uint8, device=x.device)
-    ctx, stream = _ctx_stream(x)
-    h = _twell_device(lay, entries, counts, spill)
-    call("sj_twell_ffn_ws", ctx.handle, ctypes.byref(p), x.data_ptr(), ctypes.byref(h), wu_t.data_ptr(),
-         wd.data_ptr(), y.data_ptr(), ws.data_ptr(), ws.numel(), stream)
+    ws = torch.empty(need, dtype=torch.uint8, device=x.device)
+    handle, stream = _ctx_stream(x)
+    h = TwellDevice(lay, entries.data_ptr(), counts.data_ptr(), spill.data_ptr())
+    check(_TWELL_FFN(handle, _byref(p), x.data_ptr(), _byref(h), wu_t.data_ptr(), wd.data_ptr(), y.data_ptr(),
+                     ws.data_ptr(), need, stream), "sj_twell_ffn_ws")
     return y
 
 
