@@ -1,6 +1,7 @@
 /* transfer.c: moving tuned entries between machines of one GPU model. Export copies the
- * matching keys with their kernels, trials and winners into a fresh database file (written
- * under a temporary name, then linked into place: never a partial file, never an overwrite).
+ * matching keys with their kernels, trials and winners into a fresh database built in memory,
+ * then written with file_write_whole (an unnamed file linked into place once complete and
+ * fsynced: a full disk or a kill leaves no partial or temporary file, and nothing is overwritten).
  * Import merges a file into the open cache, refusing entries for another arch, driver or NVRTC
  * version, re-checking every cubin's sha256 and keeping the best winner. */
 #include "cache/cache_internal.h"
@@ -17,29 +18,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_write.h"
 #include "core/number.h"
 
 /* ---------------------------------------------------------------- export */
-
-/* Creates an initialized, empty sparsejit database at tmp (rollback journal: a self-contained
- * single file once closed). */
-static sj_status create_export_file(const char *tmp)
-{
-    sqlite3 *db = NULL;
-    cache_file_kind kind;
-    int version;
-    char why[320];
-    sj_status st = cachei_open_conn(tmp, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, &db, &kind,
-                                    &version, why, sizeof why);
-    if (st != SJ_OK) return st;
-    if (kind != CACHE_FILE_EMPTY)
-        st = error_set(SJ_ERR_CACHE, "cache export: temporary file %s is not empty", tmp);
-    if (st == SJ_OK) st = cachei_configure(db, tmp, 0);
-    if (st == SJ_OK) st = cachei_migrate(db, tmp);
-    if (sqlite3_close(db) != SQLITE_OK && st == SJ_OK)
-        st = error_set(SJ_ERR_CACHE, "cache export: closing %s failed", tmp);
-    return st;
-}
 
 static sj_status exec_step(cache_db *c, const char *sql, const char *bind1, const char *bind2,
                            const char *what, int *changes)
@@ -52,6 +34,34 @@ static sj_status exec_step(cache_db *c, const char *sql, const char *bind1, cons
     sj_status st = rc == SQLITE_DONE ? SJ_OK : cachei_fail(c->db, c->path, what);
     if (st == SJ_OK && changes) *changes = sqlite3_changes(c->db);
     sqlite3_finalize(s);
+    return st;
+}
+
+/* Attaches an initialized, empty sparsejit database, held in memory, to c as "xfer". */
+static sj_status attach_export_db(cache_db *c)
+{
+    sqlite3 *mem = NULL;
+    if (sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        sqlite3_close(mem);
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "cache export: cannot open an in-memory database");
+    }
+    sj_status st = cachei_configure(mem, "(export)", 0);
+    if (st == SJ_OK) st = cachei_migrate(mem, "(export)");
+    sqlite3_int64 size = 0;
+    unsigned char *image = st == SJ_OK ? sqlite3_serialize(mem, "main", &size, 0) : NULL;
+    if (st == SJ_OK && !image) st = error_set(SJ_ERR_OUT_OF_MEMORY, "cache export: cannot serialize the new database");
+    sqlite3_close(mem);
+    if (st == SJ_OK) st = exec_step(c, "ATTACH DATABASE ':memory:' AS xfer", NULL, NULL, "export: attach", NULL);
+    if (st != SJ_OK) {
+        sqlite3_free(image);
+        return st;
+    }
+    /* FREEONCLOSE: SQLite owns image from here on, failing or not */
+    if (sqlite3_deserialize(c->db, "xfer", image, size, size,
+                            SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE) != SQLITE_OK) {
+        st = cachei_fail(c->db, c->path, "export: load the new database");
+        exec_step(c, "DETACH DATABASE xfer", NULL, NULL, "export: detach", NULL);
+    }
     return st;
 }
 
@@ -90,24 +100,19 @@ static sj_status copy_to_attached(cache_db *c, const char *gpu, const char *arch
     return st == SJ_OK ? cachei_commit(c->db, c->path, "export") : cachei_rollback(c->db, st);
 }
 
-/* Puts tmp at dst unless dst exists: link() fails with EEXIST atomically; a file system without
- * hard links gets a checked rename (a race with another writer of dst is then possible). */
-static sj_status publish(const char *tmp, const char *dst)
+/* Writes the database attached as "xfer" to dst, complete or not at all (file_write.h). */
+static sj_status write_export(cache_db *c, const char *dst)
 {
-    if (link(tmp, dst) == 0) {
-        if (unlink(tmp) != 0)
-            return error_set(SJ_ERR_IO, "cache export: cannot remove temporary %s: %s", tmp, strerror(errno));
-        return SJ_OK;
-    }
-    if (errno == EEXIST)
-        return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
-    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EMLINK)
-        return error_set(SJ_ERR_IO, "cache export: cannot create %s: %s", dst, strerror(errno));
-    if (access(dst, F_OK) == 0)
-        return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst);
-    if (rename(tmp, dst) != 0)
-        return error_set(SJ_ERR_IO, "cache export: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
-    return SJ_OK;
+    sqlite3_int64 size = 0;
+    unsigned char *copy = NULL, *image = sqlite3_serialize(c->db, "xfer", &size, SQLITE_SERIALIZE_NOCOPY);
+    if (!image && !(image = copy = sqlite3_serialize(c->db, "xfer", &size, 0)))
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "cache export: cannot serialize the export");
+    sj_status st = file_write_whole(dst, image, (size_t)size, 0);
+    sqlite3_free(copy);
+    if (st == SJ_OK) return SJ_OK;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sj_last_error());
+    return error_set(st, "cache export: %s", why);
 }
 
 sj_status cache_export(cache_db *c, const char *dst_path, const char *gpu, const char *arch, int *n_exported)
@@ -121,41 +126,18 @@ sj_status cache_export(cache_db *c, const char *dst_path, const char *gpu, const
         return error_set(SJ_ERR_IO, "cache export: %s already exists; refusing to overwrite it", dst_path);
     sj_status st = cachei_make_parent_dirs(dst_path);
     if (st != SJ_OK) return st;
-
-    /* the temporary file lives next to dst, so that link/rename stay within one file system */
-    char tmp[1100];
-    const char *slash = strrchr(dst_path, '/');
-    int dir_len = slash ? (int)(slash - dst_path + 1) : 0;
-    if (snprintf(tmp, sizeof tmp, "%.*s.%s.tmp-XXXXXX", dir_len, dst_path,
-                 slash ? slash + 1 : dst_path) >= (int)sizeof tmp)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_export: dst_path '%s' is too long", dst_path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return error_set(SJ_ERR_IO, "cache export: cannot create a temporary file next to %s: %s",
-                               dst_path, strerror(errno));
-    close(fd);
-
     int n = 0;
-    st = create_export_file(tmp);
+    pthread_mutex_lock(&c->lock);
+    st = attach_export_db(c);
     if (st == SJ_OK) {
-        pthread_mutex_lock(&c->lock);
-        st = exec_step(c, "ATTACH DATABASE ?1 AS xfer", tmp, NULL, "export: attach", NULL);
-        if (st == SJ_OK) {
-            st = copy_to_attached(c, gpu, arch, &n);
-            sj_status dt = exec_step(c, "DETACH DATABASE xfer", NULL, NULL, "export: detach", NULL);
-            if (st == SJ_OK) st = dt;
-        }
-        pthread_mutex_unlock(&c->lock);
+        st = copy_to_attached(c, gpu, arch, &n);
+        if (st == SJ_OK) st = write_export(c, dst_path);
+        sj_status dt = exec_step(c, "DETACH DATABASE xfer", NULL, NULL, "export: detach", NULL);
+        if (st == SJ_OK) st = dt;
     }
-    if (st == SJ_OK) st = publish(tmp, dst_path);
-    if (st != SJ_OK) {
-        char journal[1200];
-        snprintf(journal, sizeof journal, "%s-journal", tmp);
-        unlink(tmp); /* best effort: the error being reported is the one that matters */
-        unlink(journal);
-        return st;
-    }
-    if (n_exported) *n_exported = n;
-    return SJ_OK;
+    pthread_mutex_unlock(&c->lock);
+    if (st == SJ_OK && n_exported) *n_exported = n;
+    return st;
 }
 
 /* ---------------------------------------------------------------- import */

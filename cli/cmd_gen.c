@@ -3,6 +3,7 @@
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "cli/commands.h"
+#include "core/file_write.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,9 +69,9 @@ int cmd_gen(int argc, char **argv)
             fprintf(stderr, "sparsejit gen: %s\n", sj_last_error());
             rc = 1;
         } else {
-            FILE *f = fopen(cubin_path, "wb");
-            if (!f || fwrite(cubin, 1, size, f) != size || fclose(f) != 0) {
-                fprintf(stderr, "sparsejit gen: cannot write %s\n", cubin_path);
+            /* complete or not at all: a full disk or a kill leaves the earlier file, if any */
+            if (file_write_whole(cubin_path, cubin, size, 1) != SJ_OK) {
+                fprintf(stderr, "sparsejit gen: %s\n", sj_last_error());
                 rc = 1;
             } else {
                 fprintf(stderr, "sparsejit gen: wrote %zu-byte cubin for %s to %s\n", size, d.arch, cubin_path);

@@ -95,6 +95,19 @@ for c in list "list --json" show "export $tmp/out.db"; do
   "$cli" cache --db "$tmp/typo.db" $c >/dev/null 2>&1
   [ ! -e "$tmp/typo.db" ] || fail "cache $c created $tmp/typo.db"
 done
+# gen --cubin writes the whole file or nothing: a full disk (RLIMIT_FSIZE: EFBIG with SIGXFSZ
+# ignored) or a kill mid-write (SIGXFSZ's default) leaves the earlier cubin intact and no other file
+mkdir "$tmp/cubins"
+g="gen --op gemm --shape 256x128x64 --cubin $tmp/cubins/k.cubin"
+"$cli" $g >/dev/null 2>&1 || fail "gen --cubin"
+cp "$tmp/cubins/k.cubin" "$tmp/k.ref"
+[ "$(stat -c %s "$tmp/k.ref")" -gt 2048 ] || fail "gen --cubin: a cubin under 2 KB"
+out=$( (trap '' XFSZ; ulimit -f 2; "$cli" $g 2>&1 >/dev/null) ); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "cannot write $tmp/cubins/k.cubin" || fail "gen --cubin on a full disk (got $rc: $out)"
+( ulimit -f 2; exec "$cli" $g >/dev/null 2>&1 ); rc=$?
+[ $rc -gt 128 ] || fail "gen --cubin past RLIMIT_FSIZE must be killed by SIGXFSZ (got $rc)"
+cmp -s "$tmp/cubins/k.cubin" "$tmp/k.ref" && [ "$(ls -A "$tmp/cubins")" = "k.cubin" ] ||
+  fail "a failed or killed gen --cubin damaged k.cubin or left a file: $(ls -lA "$tmp/cubins")"
 out=$("$cli" cache --db "$tmp/typo.db" show 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q "there is no cache at $tmp/typo.db" || fail "cache show of no file (got $rc: $out)"
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1195,6 +1196,67 @@ static void make_entry(cache_db *db, entry *e, const char *gpu, const char *arch
     SJ_ASSERT_OK(cache_put_tuning(db, &e->key, e->trials, 4, &e->winner, &e->kernel, 0));
 }
 
+/* Entries in dir other than . and .. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* An export that hits a full disk (RLIMIT_FSIZE stands in for it: EFBIG with SIGXFSZ ignored)
+ * fails with nothing left; one killed mid-write (SIGXFSZ's default action) leaves no temporary
+ * file either (12 of 20 killed exports used to leave one). */
+static void test_export_full_disk_or_killed(void **state)
+{
+    char *dir = fresh_dir(), *p = path_in(dir, "one.db"), *exports = path_in(dir, "exports");
+    char *out = path_in(exports, "out.db");
+    cache_db *db;
+    SJ_ASSERT_OK(cache_open(p, NULL, NULL, &db));
+    entry e;
+    for (int i = 0; i < 40; i++) make_entry(db, &e, "NVIDIA H200", "sm_90a", 13000, 13000);
+    cache_close(db);
+    assert_int_equal(mkdir(exports, 0777), 0);
+    for (int killed = 0; killed < 2; killed++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            cache_db *c;
+            if (cache_open(p, NULL, NULL, &c) != SJ_OK) _exit(3);
+            signal(SIGXFSZ, killed ? SIG_DFL : SIG_IGN);
+            struct rlimit lim = { 96 * 1024, 96 * 1024 }; /* the export is ~450 KB */
+            if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(4);
+            int n;
+            sj_status st = cache_export(c, out, NULL, NULL, &n);
+            _exit(st == SJ_ERR_IO && strstr(sj_last_error(), out) ? 0 : 5);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (killed) {
+            assert_true(WIFSIGNALED(status));
+            assert_int_equal(WTERMSIG(status), SIGXFSZ);
+        } else {
+            assert_true(WIFEXITED(status));
+            assert_int_equal(WEXITSTATUS(status), 0);
+        }
+        assert_int_equal(count_entries(exports), 0);
+    }
+    /* and with room, the same export works */
+    SJ_ASSERT_OK(cache_open(p, NULL, NULL, &db));
+    int n = 0;
+    SJ_ASSERT_OK(cache_export(db, out, NULL, NULL, &n));
+    assert_int_equal(n, 40);
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    assert_true(sb.st_size > 96 * 1024);
+    cache_close(db);
+    free(dir); free(p); free(exports); free(out);
+}
+
 /* local_trials: trials the target database had for the key before the import */
 static void assert_entry_present(cache_db *db, const entry *e, int local_trials, int check_winner)
 {
@@ -1575,6 +1637,7 @@ int main(void)
         cmocka_unit_test(test_threads_share_one_db),
         cmocka_unit_test(test_killed_writer),
         cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_export_full_disk_or_killed),
         cmocka_unit_test(test_import_refuses_crafted_files),
         cmocka_unit_test(test_default_path),
         cmocka_unit_test(test_bad_arguments),
