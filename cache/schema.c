@@ -499,6 +499,16 @@ static sj_status new_handle(const char *path, cache_db **out)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "cache_open: path '%s' is longer than %zu bytes",
                        path, sizeof c->path - 16);
     }
+    /* SQLite would open a device or FIFO (blocking on a FIFO) and create its -journal/-wal beside
+     * it: /dev/null-journal. A symbolic link to a regular file is fine. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        free(c);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cache %s is not a regular file (%s); refusing to open it: point "
+                         "SPARSEJIT_CACHE / --db at a file", path, S_ISDIR(sb.st_mode) ? "a directory" :
+                         S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" :
+                         "not a plain file");
+    }
     snprintf(c->path, sizeof c->path, "%s", path);
     if (pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);

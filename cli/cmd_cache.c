@@ -513,7 +513,11 @@ int cmd_cache(int argc, char **argv)
         return !strcmp(cmd, "list") ? 0 : 1;
     }
     cache_db *db = NULL;
-    if (cache_open(path, cli_warning, NULL, &db) != SJ_OK) return fail();
+    sj_status os = cache_open(path, cli_warning, NULL, &db);
+    if (os != SJ_OK) {
+        fail();
+        return cli_exit_code(os); /* 2 for a path that is no file */
+    }
     if (!strcmp(cmd, "list")) rc = cmd_list(db, path, &o);
     else if (!strcmp(cmd, "show")) rc = cmd_show(db, path, &o);
     else if (!strcmp(cmd, "export")) rc = cmd_export(db, &o);

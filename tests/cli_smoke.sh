@@ -108,6 +108,11 @@ out=$( (trap '' XFSZ; ulimit -f 2; "$cli" $g 2>&1 >/dev/null) ); rc=$?
 [ $rc -gt 128 ] || fail "gen --cubin past RLIMIT_FSIZE must be killed by SIGXFSZ (got $rc)"
 cmp -s "$tmp/cubins/k.cubin" "$tmp/k.ref" && [ "$(ls -A "$tmp/cubins")" = "k.cubin" ] ||
   fail "a failed or killed gen --cubin damaged k.cubin or left a file: $(ls -lA "$tmp/cubins")"
+# a cache path that is not a regular file: refused (exit 2), nothing created beside it
+ls -A /dev > "$tmp/dev.before"
+out=$("$cli" cache --db /dev/null list 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "cache /dev/null is not a regular file (a device)" || fail "cache --db /dev/null (got $rc: $out)"
+ls -A /dev | cmp -s - "$tmp/dev.before" || fail "cache --db /dev/null created a file in /dev"
 out=$("$cli" cache --db "$tmp/typo.db" show 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q "there is no cache at $tmp/typo.db" || fail "cache show of no file (got $rc: $out)"
 out=$("$cli" cache --db "$tmp/c.db" clear 2>&1); rc=$?

@@ -1503,6 +1503,27 @@ static void set_env(const char *name, const char *value)
     else unsetenv(name);
 }
 
+/* A cache path that is not a regular file is refused, read-write or read-only, and nothing is
+ * created beside it (`--db /dev/null` used to leave /dev/null-journal; a FIFO blocked). */
+static void test_not_a_regular_file(void **state)
+{
+    char *dir = fresh_dir(), *fifo = path_in(dir, "fifo"), *sub = path_in(dir, "sub");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    int journal_before = access("/dev/null-journal", F_OK) == 0;
+    cache_db *db = (cache_db *)1;
+    SJ_ASSERT_STATUS(cache_open("/dev/null", NULL, NULL, &db), SJ_ERR_INVALID_ARGUMENT, "/dev/null is not a regular file (a device)");
+    assert_null(db);
+    SJ_ASSERT_STATUS(cache_open_read_only("/dev/null", &db), SJ_ERR_INVALID_ARGUMENT, "not a regular file");
+    assert_int_equal(access("/dev/null-journal", F_OK) == 0, journal_before);
+    SJ_ASSERT_STATUS(cache_open(fifo, NULL, NULL, &db), SJ_ERR_INVALID_ARGUMENT, "is not a regular file (a FIFO)");
+    SJ_ASSERT_STATUS(cache_open_read_only(fifo, &db), SJ_ERR_INVALID_ARGUMENT, "(a FIFO)");
+    SJ_ASSERT_STATUS(cache_open(sub, NULL, NULL, &db), SJ_ERR_INVALID_ARGUMENT, "is not a regular file (a directory)");
+    assert_int_equal(count_entries(dir), 2);
+    assert_int_equal(count_entries(sub), 0);
+    free(dir); free(fifo); free(sub);
+}
+
 static void test_default_path(void **state)
 {
     const char *names[] = { "SPARSEJIT_CACHE", "XDG_CACHE_HOME", "HOME" };
@@ -1639,6 +1660,7 @@ int main(void)
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_export_full_disk_or_killed),
         cmocka_unit_test(test_import_refuses_crafted_files),
+        cmocka_unit_test(test_not_a_regular_file),
         cmocka_unit_test(test_default_path),
         cmocka_unit_test(test_bad_arguments),
     };
