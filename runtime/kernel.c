@@ -83,6 +83,37 @@ sj_status rt_cached_winner(sj_context *ctx, const cache_key *key, cache_winner *
     return st;
 }
 
+sj_status rt_cached_config(sj_context *ctx, const sj_problem *p, char *config, size_t len, sj_config_origin *origin)
+{
+    config[0] = 0;
+    *origin = SJ_CONFIG_DEFAULT;
+    if (ctx->opts.tune_policy == SJ_TUNE_PINNED || !(ctx->cache || ctx->n_shared)) return SJ_OK;
+    cache_key key;
+    cache_winner w;
+    sj_status st = rt_cache_key(ctx, p, NULL, &key);
+    if (st == SJ_OK) st = rt_cached_winner(ctx, &key, &w);
+    if (st == SJ_ERR_NOT_FOUND) return SJ_OK;
+    if (st != SJ_OK) return st;
+    gen_state *g;
+    char canon[256];
+    if ((st = rt_generator(ctx, &g)) != SJ_OK) return st;
+    char why[512];
+    int valid = 0;
+    if (gen_canonical_config(g, key.template_name, p, w.config, canon, sizeof canon) != SJ_OK ||
+        gen_config_valid(g, key.template_name, p, canon, &valid, why, sizeof why) != SJ_OK)
+        snprintf(why, sizeof why, "%s", sj_last_error());
+    if (!valid) {
+        char desc[256];
+        sj_problem_describe(p, desc, sizeof desc);
+        rt_log(ctx, "the cached winner %s for %s is not valid for template %s (%s); using the template's default config",
+               w.config, desc, key.template_name, why);
+        return SJ_OK;
+    }
+    snprintf(config, len, "%s", w.config);
+    *origin = SJ_CONFIG_TUNED;
+    return SJ_OK;
+}
+
 sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *tname, const char *config,
                                 const loaded_kernel **out)
 {
@@ -168,18 +199,7 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     if (st != SJ_OK) return st;
     char config[256] = "";
     sj_config_origin origin = SJ_CONFIG_DEFAULT;
-    if (ctx->opts.tune_policy != SJ_TUNE_PINNED && (ctx->cache || ctx->n_shared)) {
-        cache_key key;
-        cache_winner w;
-        if ((st = rt_cache_key(ctx, p, NULL, &key)) != SJ_OK) return st;
-        st = rt_cached_winner(ctx, &key, &w);
-        if (st == SJ_OK) {
-            snprintf(config, sizeof config, "%s", w.config);
-            origin = SJ_CONFIG_TUNED;
-        } else if (st != SJ_ERR_NOT_FOUND) {
-            return st;
-        }
-    }
+    if ((st = rt_cached_config(ctx, p, config, sizeof config, &origin)) != SJ_OK) return st;
     /* A conversion (not tunable) has a single config: nothing to tune. */
     if (origin == SJ_CONFIG_DEFAULT && ctx->opts.tune_policy == SJ_TUNE_ON_MISS && op_find(p->op)->tunable) {
         if (!ctx->tune_on_miss)
@@ -188,7 +208,20 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
         origin = SJ_CONFIG_TUNED;
     }
     const loaded_kernel *chosen;
-    if ((st = rt_kernel_with_config(ctx, p, NULL, config, &chosen)) != SJ_OK) return st;
+    st = rt_kernel_with_config(ctx, p, NULL, config, &chosen);
+    if (st != SJ_OK && origin == SJ_CONFIG_TUNED) {
+        /* a tuned kernel that no longer builds or loads (a corrupt cubin, a driver that refuses
+         * it): the op still runs, with the template's default; said once, since the default
+         * then serves p from the table */
+        char desc[256];
+        sj_problem_describe(p, desc, sizeof desc);
+        rt_log(ctx, "the tuned config %s for %s failed to load (%s); using the template's default config", config,
+               desc, sj_last_error());
+        config[0] = 0;
+        origin = SJ_CONFIG_DEFAULT;
+        st = rt_kernel_with_config(ctx, p, NULL, config, &chosen);
+    }
+    if (st != SJ_OK) return st;
     k = (loaded_kernel *)chosen;
     k->origin = origin;
     if ((st = kernel_table_put(&ctx->table, p, "", k)) != SJ_OK) return st;

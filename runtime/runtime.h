@@ -62,6 +62,10 @@ sj_status rt_generator(sj_context *ctx, gen_state **out);
 sj_status rt_cached_kernel(sj_context *ctx, const cache_key *key, const char *config, cache_kernel *out,
                            const char **from);
 sj_status rt_cached_winner(sj_context *ctx, const cache_key *key, cache_winner *out);
+/* The cached winner's config for p (origin SJ_CONFIG_TUNED), or "" (SJ_CONFIG_DEFAULT) when the
+ * policy is pinned, there is no cache or no winner, or the template rejects the winner's config
+ * (said once through the log). Needs no GPU. */
+sj_status rt_cached_config(sj_context *ctx, const sj_problem *p, char *config, size_t len, sj_config_origin *origin);
 /* Fills the cache key of problem for the context's device and template tname (NULL: the op's). */
 sj_status rt_cache_key(sj_context *ctx, const sj_problem *p, const char *tname, cache_key *key);
 

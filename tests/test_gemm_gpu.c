@@ -1,11 +1,15 @@
 /* test_gemm_gpu.c: dense GEMM on the GPU against a CPU fp64 reference on fresh random data
  * (square, ragged and tiny shapes, every dtype pair), and the cache path: a second process
- * gets its kernels from SQLite with zero NVRTC compiles, a third from a changed template misses. */
+ * gets its kernels from SQLite with zero NVRTC compiles, a third from a changed template misses;
+ * a cached winner whose cubin does not load falls back to the default config. */
 #include "test_util.h"
+#include "generator/generator.h"
+#include "runtime/runtime.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -163,6 +167,73 @@ static void test_second_process_loads_from_cache(void **state)
     assert_int_equal(run_child(path, SJ_FROM_CACHE), 0);    /* the original entry is still there */
 }
 
+typedef struct log_record { int count; char text[4096]; } log_record;
+
+static void record_log(void *user, const char *message)
+{
+    log_record *r = user;
+    r->count++;
+    snprintf(r->text, sizeof r->text, "%s", message);
+}
+
+/* A cached winner whose cubin does not load (here garbage bytes with a matching sha256, as a
+ * crafted import could carry) gives way to the default config, said once, and the op is right. */
+static void test_corrupt_winner_falls_back(void **state)
+{
+    sj_context *gpu;
+    TU_REQUIRE_GPU(gpu);
+    char path[512];
+    snprintf(path, sizeof path, "%s/kernels.db", tu_tempdir());
+    log_record rec = { 0 };
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = path;
+    o.log = record_log;
+    o.log_user = &rec;
+    sj_context *ctx;
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    sj_problem p;
+    sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, 256, 256, 256);
+    cache_key key;
+    SJ_ASSERT_OK(rt_cache_key(ctx, &p, NULL, &key));
+    gen_state *g;
+    SJ_ASSERT_OK(rt_generator(ctx, &g));
+    char def[256], config[256] = "";
+    SJ_ASSERT_OK(gen_default_config(g, key.template_name, &p, def, sizeof def));
+    const char *candidates[] = { "BM=64", "BM=128", "BN=64", "BN=128" };
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0] && !config[0]; i++) {
+        char canon[256], why[256];
+        int valid = 0;
+        SJ_ASSERT_OK(gen_canonical_config(g, key.template_name, &p, candidates[i], canon, sizeof canon));
+        SJ_ASSERT_OK(gen_config_valid(g, key.template_name, &p, canon, &valid, why, sizeof why));
+        if (valid && strcmp(canon, def)) snprintf(config, sizeof config, "%s", canon);
+    }
+    assert_true(config[0]);
+    sj_generated *gen;
+    SJ_ASSERT_OK(sj_generate(ctx, &p, config, &gen));
+    static unsigned char garbage[4096];
+    memset(garbage, 0x5A, sizeof garbage);
+    cache_kernel k = { .cubin = garbage, .cubin_size = sizeof garbage, .shared_bytes = gen->shared_bytes };
+    snprintf(k.config, sizeof k.config, "%s", config);
+    snprintf(k.entry, sizeof k.entry, "%s", gen->entry);
+    memcpy(k.grid, gen->grid, sizeof k.grid);
+    memcpy(k.block, gen->block, sizeof k.block);
+    sj_generated_free(gen);
+    cache_winner w = { .median_us = 1.0, .tflops = 1.0, .tuned_at = 1700000000 };
+    snprintf(w.config, sizeof w.config, "%s", config);
+    snprintf(w.strategy, sizeof w.strategy, "exhaustive");
+    SJ_ASSERT_OK(cache_put_tuning(ctx->cache, &key, NULL, 0, &w, &k, 0));
+    for (int i = 0; i < 2; i++) assert_true(run_gemm(ctx, &p) < tolerance(p.dtype, p.out_dtype));
+    assert_int_equal(rec.count, 1);
+    if (!strstr(rec.text, config) || !strstr(rec.text, "failed to load"))
+        fail_msg("the log '%s' does not name %s as failing to load", rec.text, config);
+    sj_kernel_info info;
+    SJ_ASSERT_OK(sj_last_kernel_info(ctx, &info));
+    assert_int_equal(info.origin, SJ_CONFIG_DEFAULT);
+    assert_string_equal(info.config, def);
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--child")) {
@@ -174,6 +245,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_matches_fp64),
         cmocka_unit_test(test_gemm_configs_match_fp64),
         cmocka_unit_test(test_second_process_loads_from_cache),
+        cmocka_unit_test(test_corrupt_winner_falls_back),
     };
     return TU_RUN_TESTS(tests, NULL, NULL);
 }

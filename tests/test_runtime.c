@@ -4,6 +4,7 @@
 #include "test_util.h"
 #include "runtime/runtime.h"
 #include "core/error.h"
+#include "generator/generator.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -351,6 +352,59 @@ static void test_generate_and_compile_errors(void **state)
 }
 
 /* The kernel table against a plain list, through growth and forgets. */
+/* A cached winner whose config the template rejects (a crafted import, a template that changed
+ * its parameters) gives way to the default config, said once through the log; a valid one is
+ * used. The request path that loads it needs a GPU: test_gemm_gpu plants a corrupt cubin. */
+static void test_rejected_winner_falls_back(void **state)
+{
+    const char *tmp = tu_tempdir();
+    assert_non_null(tmp);
+    char path[512];
+    snprintf(path, sizeof path, "%s/kernels.db", tmp);
+    remove(path);
+    log_record rec = { 0 };
+    sj_context_options o;
+    sj_context_options_init(&o);
+    o.cache_path = path;
+    o.arch = "sm_90a";
+    o.log = record_log;
+    o.log_user = &rec;
+    sj_context *ctx = NULL;
+    SJ_ASSERT_OK(sj_context_create(&o, &ctx));
+    assert_non_null(ctx->cache);
+    const char *bad[] = { "XX=1", "BM=99999999", "STAGES=99" };
+    for (int i = 0; i < 4; i++) {
+        sj_problem p = gemm(256, 256, 64 * (i + 1));
+        cache_key key;
+        SJ_ASSERT_OK(rt_cache_key(ctx, &p, NULL, &key));
+        gen_state *g;
+        SJ_ASSERT_OK(rt_generator(ctx, &g));
+        char valid[256];
+        SJ_ASSERT_OK(gen_canonical_config(g, key.template_name, &p, "", valid, sizeof valid));
+        cache_winner w = { .median_us = 1.0, .tflops = 1.0, .tuned_at = 1700000000 };
+        snprintf(w.config, sizeof w.config, "%s", i < 3 ? bad[i] : valid);
+        snprintf(w.strategy, sizeof w.strategy, "exhaustive");
+        SJ_ASSERT_OK(cache_put_tuning(ctx->cache, &key, NULL, 0, &w, NULL, 0));
+        char config[256] = "untouched";
+        sj_config_origin origin = SJ_CONFIG_EXPLICIT;
+        int before = rec.count;
+        SJ_ASSERT_OK(rt_cached_config(ctx, &p, config, sizeof config, &origin));
+        if (i < 3) {
+            assert_string_equal(config, "");
+            assert_int_equal(origin, SJ_CONFIG_DEFAULT);
+            assert_int_equal(rec.count, before + 1);
+            if (!strstr(rec.text, bad[i]) || !strstr(rec.text, "using the template's default config"))
+                fail_msg("the log '%s' does not name %s and the fallback", rec.text, bad[i]);
+        } else {
+            assert_string_equal(config, valid);
+            assert_int_equal(origin, SJ_CONFIG_TUNED);
+            assert_int_equal(rec.count, before);
+        }
+    }
+    SJ_ASSERT_OK(sj_context_destroy(ctx));
+    remove(path);
+}
+
 static void test_kernel_table(void **state)
 {
     kernel_table t;
@@ -436,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_gemm_bad_arguments),
         cmocka_unit_test(test_problem_validation),
         cmocka_unit_test(test_generate_and_compile_errors),
+        cmocka_unit_test(test_rejected_winner_falls_back),
         cmocka_unit_test(test_kernel_table),
         cmocka_unit_test(test_last_error_is_thread_local),
     };
