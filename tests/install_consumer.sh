@@ -25,7 +25,17 @@ out=$(LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/app/build/consumer" 2>&1) || echo 
   { echo "FAIL: consumer: $out"; exit 1; }
 pc="$tmp/prefix/lib/pkgconfig/sparsejit.pc"
 [ -f "$pc" ] || { echo "FAIL: no $pc"; exit 1; }
-cc -o "$tmp/consumer_pc" "$src/examples/c_api.c" -I"$tmp/prefix/include" -L"$tmp/prefix/lib" -lsparsejit -lm
+# pkg-config for real, after moving the installed tree: its paths are relative to the .pc file
+mv "$tmp/prefix" "$tmp/moved"
+pc="$tmp/moved/lib/pkgconfig/sparsejit.pc"
+flags=$(PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --cflags --libs sparsejit) ||
+  { echo "FAIL: pkg-config cannot read $pc"; exit 1; }
+case "$flags" in *"$tmp/moved/"*) ;; *) echo "FAIL: pkg-config flags '$flags' do not point into the moved tree"; exit 1 ;; esac
+cc -o "$tmp/consumer_pc" "$src/examples/c_api.c" $flags -lm
+out=$(LD_LIBRARY_PATH="$tmp/moved/lib" "$tmp/consumer_pc" 2>&1) || echo "$out" | grep -q "no GPU" ||
+  { echo "FAIL: consumer built with pkg-config: $out"; exit 1; }
+mv "$tmp/moved" "$tmp/prefix"
+pc="$tmp/prefix/lib/pkgconfig/sparsejit.pc"
 # one version number: the installed header, the library and the pkg-config file agree
 cat >"$tmp/version.c" <<'C'
 #include <stdio.h>
