@@ -5,6 +5,7 @@
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "cli/commands.h"
+#include "cli/json_out.h"
 #include "core/error.h"
 #include "tuner/bench.h"
 
@@ -50,13 +51,28 @@ static void print_row(sj_context *ctx, const char *name, const sj_problem *p, co
     sj_device_info d;
     sj_get_device_info(ctx, &d);
     if (json) {
-        printf("{\"gpu\":\"%s\",\"op\":\"%s\",\"dtype\":\"%s\",\"out_dtype\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
-               "\"sparsity\":\"%s\",\"config\":\"%s\",\"config_origin\":\"%s\",\"first_call_ms\":%.3f,\"first_call_source\":\"%s\","
-               "\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.2f,\"cublas_us\":%.3f,\"cublas_tflops\":%.2f,"
-               "\"speedup\":%.3f,\"check_rel_err\":%.3g}\n",
-               d.name, name, sj_dtype_name(p->dtype), sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n,
-               (long long)p->k, sp, k->config, origin, r->first_ms, source, k->median_us, k->p20_us, k->p80_us, k->tflops,
-               cb_us, cb_tf, speedup, k->rel_error);
+        fputc('{', stdout);
+        json_kv_string(stdout, 1, "gpu", d.name);
+        json_kv_string(stdout, 0, "op", name);
+        json_kv_string(stdout, 0, "dtype", sj_dtype_name(p->dtype));
+        json_kv_string(stdout, 0, "out_dtype", sj_dtype_name(p->out_dtype));
+        json_kv_int(stdout, 0, "m", (long long)p->m);
+        json_kv_int(stdout, 0, "n", (long long)p->n);
+        json_kv_int(stdout, 0, "k", (long long)p->k);
+        json_kv_string(stdout, 0, "sparsity", sp);
+        json_kv_string(stdout, 0, "config", k->config);
+        json_kv_string(stdout, 0, "config_origin", origin);
+        json_kv_number(stdout, 0, "first_call_ms", r->first_ms, 9);
+        json_kv_string(stdout, 0, "first_call_source", source);
+        json_kv_number(stdout, 0, "median_us", k->median_us, 9);
+        json_kv_number(stdout, 0, "p20_us", k->p20_us, 9);
+        json_kv_number(stdout, 0, "p80_us", k->p80_us, 9);
+        json_kv_number(stdout, 0, "tflops", k->tflops, 6);
+        json_kv_number(stdout, 0, "cublas_us", cb_us, 9);
+        json_kv_number(stdout, 0, "cublas_tflops", cb_tf, 6);
+        json_kv_number(stdout, 0, "speedup", speedup, 6);
+        json_kv_number(stdout, 0, "check_rel_err", k->rel_error, 3);
+        fputs("}\n", stdout);
     } else if (csv) {
         if (csv_header)
             printf("gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,"

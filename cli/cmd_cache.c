@@ -1,5 +1,6 @@
 /* cmd_cache.c: `sparsejit cache list|show|export|import|clear|vacuum`: looking at and moving the
  * SQLite kernel cache (cache/cache.h). Opens the default cache (cache_default_path) or --db. */
+#include "cli/json_out.h"
 #include "cli/commands.h"
 #include "cli/cli_context.h"
 #include "cli/cli_problem.h"
@@ -137,46 +138,28 @@ static int parse_args(int argc, char **argv, cache_opts *o, int *help)
 
 /* ---------------------------------------------------------------- JSON and text output */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", f);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v)) fprintf(f, "%.9g", v);
-    else fputs("null", f);
-}
-
 static void json_key(FILE *f, const cache_key *k)
 {
-    fputs("\"gpu\": ", f); json_str(f, k->gpu);
-    fputs(", \"arch\": ", f); json_str(f, k->arch);
+    fputs("\"gpu\": ", f); json_string(f, k->gpu);
+    fputs(", \"arch\": ", f); json_string(f, k->arch);
     fprintf(f, ", \"sm_count\": %d, \"driver_version\": %d, \"nvrtc_version\": %d",
             k->sm_count, k->driver_version, k->nvrtc_version);
-    fputs(", \"template\": ", f); json_str(f, k->template_name);
-    fputs(", \"template_hash\": ", f); json_str(f, k->template_hash);
-    fputs(", \"op\": ", f); json_str(f, k->op);
-    fputs(", \"dtype\": ", f); json_str(f, k->dtype);
-    fputs(", \"out_dtype\": ", f); json_str(f, k->out_dtype);
+    fputs(", \"template\": ", f); json_string(f, k->template_name);
+    fputs(", \"template_hash\": ", f); json_string(f, k->template_hash);
+    fputs(", \"op\": ", f); json_string(f, k->op);
+    fputs(", \"dtype\": ", f); json_string(f, k->dtype);
+    fputs(", \"out_dtype\": ", f); json_string(f, k->out_dtype);
     fprintf(f, ", \"m\": %lld, \"n\": %lld, \"k\": %lld", (long long)k->m, (long long)k->n, (long long)k->k);
-    fputs(", \"sparsity\": ", f); json_str(f, k->sparsity);
+    fputs(", \"sparsity\": ", f); json_string(f, k->sparsity);
 }
 
 static void json_winner(FILE *f, const cache_winner *w)
 {
     if (!w) { fputs("null", f); return; }
-    fputs("{\"config\": ", f); json_str(f, w->config);
-    fputs(", \"median_us\": ", f); json_num(f, w->median_us);
-    fputs(", \"tflops\": ", f); json_num(f, w->tflops);
-    fputs(", \"strategy\": ", f); json_str(f, w->strategy);
+    fputs("{\"config\": ", f); json_string(f, w->config);
+    fputs(", \"median_us\": ", f); json_number(f, w->median_us, 9);
+    fputs(", \"tflops\": ", f); json_number(f, w->tflops, 9);
+    fputs(", \"strategy\": ", f); json_string(f, w->strategy);
     fprintf(f, ", \"tuned_at\": %lld}", (long long)w->tuned_at);
 }
 
@@ -357,14 +340,14 @@ static void show_json_trials(const trial_rows *tr)
     for (size_t i = 0; i < tr->count; i++) {
         const cache_trial *t = &tr->t[i];
         printf("%s\n    {\"config\": ", i ? "," : "");
-        json_str(stdout, t->config);
+        json_string(stdout, t->config);
         printf(", \"status\": ");
-        json_str(stdout, t->status);
-        printf(", \"median_us\": "); json_num(stdout, t->median_us);
-        printf(", \"p20_us\": "); json_num(stdout, t->p20_us);
-        printf(", \"p80_us\": "); json_num(stdout, t->p80_us);
-        printf(", \"tflops\": "); json_num(stdout, t->tflops);
-        printf(", \"compile_seconds\": "); json_num(stdout, t->compile_seconds);
+        json_string(stdout, t->status);
+        printf(", \"median_us\": "); json_number(stdout, t->median_us, 9);
+        printf(", \"p20_us\": "); json_number(stdout, t->p20_us, 9);
+        printf(", \"p80_us\": "); json_number(stdout, t->p80_us, 9);
+        printf(", \"tflops\": "); json_number(stdout, t->tflops, 9);
+        printf(", \"compile_seconds\": "); json_number(stdout, t->compile_seconds, 9);
         printf("}");
     }
     printf("%s]", tr->count ? "\n  " : "");

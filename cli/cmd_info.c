@@ -1,6 +1,7 @@
 /* cmd_info.c: `sparsejit info`: the GPU, arch, SMs, driver, NVRTC and cache path, or why there
  * is no GPU (the library still generates and compiles kernels then). */
 #include "cli/commands.h"
+#include "cli/json_out.h"
 #include "cli/cli_context.h"
 #include "sparsejit.h"
 
@@ -33,11 +34,22 @@ int cmd_info(int argc, char **argv)
     sj_device_info d;
     sj_get_device_info(ctx, &d);
     if (json) {
-        printf("{\"version\":\"%s\",\"has_gpu\":%s,\"no_gpu_reason\":\"%s\",\"name\":\"%s\",\"arch\":\"%s\","
-               "\"compute_capability\":\"%d.%d\",\"sm_count\":%d,\"memory_bytes\":%zu,\"l2_bytes\":%zu,"
-               "\"driver_version\":%d,\"nvrtc_version\":%d,\"cache_path\":\"%s\"}\n",
-               sj_version_string(), d.has_gpu ? "true" : "false", d.no_gpu_reason, d.name, d.arch, d.cc_major,
-               d.cc_minor, d.sm_count, d.total_memory, d.l2_bytes, d.driver_version, d.nvrtc_version, d.cache_path);
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
+        fputc('{', stdout);
+        json_kv_string(stdout, 1, "version", sj_version_string());
+        json_kv_bool(stdout, 0, "has_gpu", d.has_gpu);
+        json_kv_string(stdout, 0, "no_gpu_reason", d.no_gpu_reason);
+        json_kv_string(stdout, 0, "name", d.name);
+        json_kv_string(stdout, 0, "arch", d.arch);
+        json_kv_string(stdout, 0, "compute_capability", cc);
+        json_kv_int(stdout, 0, "sm_count", d.sm_count);
+        json_kv_int(stdout, 0, "memory_bytes", (long long)d.total_memory);
+        json_kv_int(stdout, 0, "l2_bytes", (long long)d.l2_bytes);
+        json_kv_int(stdout, 0, "driver_version", d.driver_version);
+        json_kv_int(stdout, 0, "nvrtc_version", d.nvrtc_version);
+        json_kv_string(stdout, 0, "cache_path", d.cache_path);
+        fputs("}\n", stdout);
     } else {
         printf("sparsejit %s\n", sj_version_string());
         if (d.has_gpu) {

@@ -1,6 +1,7 @@
 /* cmd_tune.c: `sparsejit tune`: tunes one problem (sj_tune) with a progress bar on stderr
  * (candidates done, best so far, time left; plain lines when stderr is not a terminal), then a
  * table of the fastest trials and the winner, or one JSON object with --json. */
+#include "cli/json_out.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "cli/commands.h"
@@ -68,25 +69,6 @@ static int on_progress(void *user, const sj_tune_progress *p)
     return 0;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* JSON has no inf/nan: a rel_error of a never-written output is printed as null. */
-static void json_number(FILE *f, double v)
-{
-    if (isfinite(v)) fprintf(f, "%.4g", v);
-    else fputs("null", f);
-}
-
 static int by_time(const void *a, const void *b)
 {
     const sj_tune_trial *x = a, *y = b;
@@ -123,7 +105,7 @@ static void print_json(const sj_problem *p, const sj_device_info *d, const sj_tu
         printf(",\"status\":\"%s\",\"median_us\":%.3f,\"p20_us\":%.3f,\"p80_us\":%.3f,\"tflops\":%.3f,"
                "\"compile_seconds\":%.3f,\"rel_error\":",
                t->status, t->median_us, t->p20_us, t->p80_us, t->tflops, t->compile_seconds);
-        json_number(stdout, t->rel_error);
+        json_number(stdout, t->rel_error, 4);
         putchar('}');
     }
     printf("]}\n");

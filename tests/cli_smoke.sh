@@ -12,6 +12,12 @@ for c in info gen bench tune cache run; do
 done
 "$cli" info | grep -qE "^(GPU|arch):" || fail "info"
 "$cli" info --json | grep -q '"nvrtc_version":' || fail "info --json"
+# valid JSON when a string holds a quote, a backslash or a tab (the cache path here)
+jtmp=$(mktemp -d)
+odd="$jtmp/q\"b\\s	t.db"
+SPARSEJIT_CACHE="$odd" "$cli" info --json | python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(d["cache_path"] != sys.argv[1])' "$odd" ||
+  fail "info --json: invalid JSON or a wrong cache_path for a path with a quote"
+rm -rf "$jtmp"
 "$cli" gen --op gemm --shape 256x128x64 --dtype bf16 --out f32 | grep -q "mma.sync" || fail "gen gemm"
 out=$("$cli" gen --op gemm --shape 0x1x1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "shape '0x1x1': M = '0' is out of range; expected an integer in 1..1073741824" ||
