@@ -6,6 +6,7 @@
 #include "cli/cli_context.h"
 #include "cli/commands.h"
 #include "cli/json_out.h"
+#include "cli/cli_no_gpu.h"
 #include "core/error.h"
 #include "tuner/bench.h"
 
@@ -142,7 +143,9 @@ int cmd_bench(int argc, char **argv)
     cli_context_options_init(&o);
     o.require_gpu = 1;
     sj_context *ctx;
-    if (sj_context_create(&o, &ctx) != SJ_OK) {
+    sj_status cs = sj_context_create(&o, &ctx);
+    if (cs == SJ_ERR_NO_GPU) return cli_no_gpu("bench", &p, config, sj_last_error());
+    if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit bench: %s\n", sj_last_error());
         return 1;
     }

@@ -2,6 +2,7 @@
  * (candidates done, best so far, time left; plain lines when stderr is not a terminal), then a
  * table of the fastest trials and the winner, or one JSON object with --json. */
 #include "cli/json_out.h"
+#include "cli/cli_no_gpu.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
 #include "cli/commands.h"
@@ -233,7 +234,9 @@ int cmd_tune(int argc, char **argv)
     co.require_gpu = 1;
     co.cache_path = cache;
     sj_context *ctx;
-    if (sj_context_create(&co, &ctx) != SJ_OK) {
+    sj_status cs = sj_context_create(&co, &ctx);
+    if (cs == SJ_ERR_NO_GPU) return cli_no_gpu("tune", &p, NULL, sj_last_error());
+    if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit tune: %s\n", sj_last_error());
         return 1;
     }
