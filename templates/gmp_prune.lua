@@ -16,21 +16,14 @@
 -- the k-th smallest is a scan of 32768 bins; only the ties at the threshold need positions.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
+local vnm = require "lib.vnm_common"
 
 local PARAMS = { "STAGE", "THREADS" }
 local ROUNDS = 16    -- a chunk is ROUNDS x THREADS consecutive positions
 
-local function cdiv(a, b) return (a + b - 1) // b end
+local cdiv = vnm.cdiv
 
-local function layout(problem)
-  local L = {}
-  L.RB = cdiv(problem.M, problem.V)
-  L.G = cdiv(problem.K, problem.MS)
-  local kt = cdiv(L.G, 8)
-  L.KTP = kt + kt % 2
-  L.GP = L.KTP * 8
-  return L
-end
+local function layout(problem) return vnm.layout(problem.M, problem.K, problem.V, problem.MS) end
 
 local function valid(problem, cfg)
   for _, k in ipairs(PARAMS) do
@@ -41,14 +34,8 @@ local function valid(problem, cfg)
   if (cfg.STAGE == 3 or cfg.STAGE == 5) ~= (cfg.THREADS == 1024) then
     return false, "STAGE=3 and STAGE=5 (one block) take THREADS=1024, the others THREADS=256"
   end
-  if problem.dtype ~= "f16" and problem.dtype ~= "bf16" then
-    return false, "dtype must be f16 or bf16, got " .. tostring(problem.dtype)
-  end
-  local V = problem.V
-  if V ~= 16 and V ~= 32 and V ~= 64 and V ~= 128 then return false, "V=" .. tostring(V) .. " must be 16, 32, 64 or 128" end
-  if problem.NS ~= 2 then return false, "N of V:N:M must be 2" end
-  if problem.MS < 4 or problem.MS > 128 then return false, "M of V:N:M must be 4..128" end
-  if problem.M < 1 or problem.K < 1 then return false, "rows and cols must be positive" end
+  local ok, why = vnm.check_problem(problem)
+  if not ok then return false, why end
   return true
 end
 

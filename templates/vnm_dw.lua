@@ -17,6 +17,7 @@
 -- consecutive words). Work: 4/M of the dense dW's, of which half is kept (the 2:4 inside).
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
+local vnm = require "lib.vnm_common"
 
 local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES" }
 local MAX_ACC = 128             -- fp32 accumulators per thread
@@ -28,24 +29,15 @@ local WN_EDGES = { 16, 32, 64 }
 local V_VALUES = { 16, 32, 64, 128 }
 local PAD = 4                   -- floats of padding per row of the epilogue's tile
 
-local function cdiv(a, b) return (a + b - 1) // b end
+local cdiv = vnm.cdiv
 
 local function member(list, v)
   for _, x in ipairs(list) do if x == v then return true end end
   return false
 end
 
--- The compressed layout's geometry (must match ops/vnm/vnm_format.c), W = M x N.
-local function layout(problem)
-  local L = {}
-  L.RB = cdiv(problem.M, problem.V)
-  L.RP = L.RB * problem.V
-  L.G = cdiv(problem.N, problem.MS)
-  local kt = cdiv(L.G, 8)
-  L.KTP = kt + kt % 2
-  L.GP = L.KTP * 8
-  return L
-end
+-- The compressed layout's geometry (lib/vnm_common.lua), W = M x N.
+local function layout(problem) return vnm.layout(problem.M, problem.N, problem.V, problem.MS) end
 
 local function pipe_bytes(cfg) return cfg.STAGES * (cfg.BM + 4 * cfg.BG) * cfg.BK * 2 end
 local function epi_bytes(cfg) return cfg.BM * (4 * cfg.BG + PAD) * 4 end
