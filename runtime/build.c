@@ -56,6 +56,23 @@ sj_status rt_build(sj_context *ctx, const sj_problem *p, const cache_key *key, c
     return SJ_OK;
 }
 
+/* The parameter count of a loaded kernel: the indices the driver answers for. rt_launch holds
+ * every launch to it, since cuLaunchKernel reads as many argument pointers as the kernel has. */
+static sj_status count_params(CUfunction f, const char *entry, unsigned *out)
+{
+    enum { MAX_PARAMS = 256 };
+    for (unsigned i = 0; i <= MAX_PARAMS; i++) {
+        size_t offset, size;
+        CUresult r = cu.cuFuncGetParamInfo(f, i, &offset, &size);
+        if (r == CUDA_ERROR_INVALID_VALUE) {
+            *out = i;
+            return SJ_OK;
+        }
+        if (r != CUDA_SUCCESS) return cuda_error(r, "cuFuncGetParamInfo");
+    }
+    return error_set(SJ_ERR_UNSUPPORTED, "kernel %s has more than %d parameters", entry, MAX_PARAMS);
+}
+
 sj_status rt_module_load(sj_context *ctx, const sj_problem *p, const cache_kernel *ck, const char *tname,
                          sj_kernel_source source, loaded_kernel *out)
 {
@@ -82,6 +99,7 @@ sj_status rt_module_load(sj_context *ctx, const sj_problem *p, const cache_kerne
              (r = cu.cuFuncSetAttribute(out->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)ck->shared_bytes)) != CUDA_SUCCESS)
         st = cuda_error(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    if (st == SJ_OK) st = count_params(out->function, ck->entry, &out->n_params);
     if (st != SJ_OK) rt_module_unload(out);
     return st;
 }

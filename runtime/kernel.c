@@ -230,8 +230,11 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     return SJ_OK;
 }
 
-sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, void *stream)
+sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
 {
+    if (n_args != k->n_params)
+        return error_set(SJ_ERR_UNSUPPORTED, "launching %s (config %s): the kernel takes %u parameters, the op passed %zu",
+                         k->template_name, k->config, k->n_params, n_args);
     /* The context may be used from another thread than the one that created it. */
     CUcontext current = NULL;
     if (cu.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != ctx->cu_ctx) {

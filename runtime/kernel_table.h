@@ -14,6 +14,7 @@ typedef struct loaded_kernel {
     CUfunction function;
     unsigned grid[3], block[3];
     unsigned shared_bytes;
+    unsigned n_params;         /* the kernel's parameter count, from the driver */
     sj_kernel_source source;
     sj_config_origin origin;
 } loaded_kernel;

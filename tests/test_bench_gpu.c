@@ -41,7 +41,7 @@ static void test_elementwise_kernel_matches_host(void **state)
             for (int relu = 0; relu < 2; relu++) {
                 SJ_ASSERT_OK(sj_memset_u8(ctx, C, 0xFF, (size_t)n * 2));
                 void *args[] = { &A, &B, &C, &n, &relu };
-                SJ_ASSERT_OK(rt_launch(ctx, k, args, NULL));
+                SJ_ASSERT_OK(rt_launch(ctx, k, RT_ARGS(args), NULL));
                 SJ_ASSERT_OK(sj_synchronize(ctx));
                 SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, c, C, (size_t)n * 2));
                 for (long long i = 0; i < n; i++) {

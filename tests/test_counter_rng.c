@@ -230,7 +230,10 @@ static void test_generator_template(void **state)
                 sj_generated *gen = NULL;
                 assert_int_equal(gen_generate(g, "fill_random", &p, dist ? "DIST=1" : "DIST=0", &gen), SJ_OK);
                 assert_int_equal(gen->block[0] * gen->block[1] * gen->block[2], 256);
-                assert_int_equal(gen->grid[0], 1024); /* no GPU: no SM count */
+                /* 8 blocks per SM where the context knows the GPU, else 1024 */
+                sj_device_info info;
+                assert_int_equal(sj_get_device_info(ctx, &info), SJ_OK);
+                assert_int_equal(gen->grid[0], info.has_gpu ? 8 * info.sm_count : 1024);
                 void *cubin = NULL;
                 size_t size = 0;
                 char *log = NULL;

@@ -106,7 +106,7 @@ static sj_status run_seq(void *user)
             long long count = (long long)(b->s.m * b->s.n);
             int relu = b->s.kind == BASELINE_RELU_PRODUCT;
             void *args[] = { &b->A, &b->B, &b->C, &count, &relu };
-            sj_status st = rt_launch(r->ctx, b->k, args, NULL);
+            sj_status st = rt_launch(r->ctx, b->k, RT_ARGS(args), NULL);
             if (st != SJ_OK) return st;
             continue;
         }

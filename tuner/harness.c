@@ -212,7 +212,7 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
         (st = sj_memset_u8(ctx, C, 0xFF, count * sizeof(float))) == SJ_OK) {
         int mi = (int)m, ni = (int)n, ki = (int)k;
         void *args[] = { &A, &B, &C, &mi, &ni, &ki };
-        if ((st = rt_launch(ctx, rk, args, NULL)) == SJ_OK && (st = sj_synchronize(ctx)) == SJ_OK &&
+        if ((st = rt_launch(ctx, rk, RT_ARGS(args), NULL)) == SJ_OK && (st = sj_synchronize(ctx)) == SJ_OK &&
             (st = sj_memcpy_dtoh(ctx, ref, C, count * sizeof(float))) == SJ_OK) {
             for (size_t i = 0; i < count; i++)
                 if (!isfinite(ref[i])) {

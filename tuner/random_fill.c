@@ -41,7 +41,7 @@ sj_status random_fill_matrix(sj_context *ctx, const crng_matrix *m, int transpos
     int tr = transposed ? 1 : 0;
     unsigned long long key = m->key;
     void *args[] = { &dst, &rows, &cols, &tr, &key, &col0 };
-    st = rt_launch(ctx, k, args, NULL);
+    st = rt_launch(ctx, k, RT_ARGS(args), NULL);
     if (st == SJ_OK) st = sj_synchronize(ctx); /* before col0 is freed */
     if (col0) sj_free(ctx, col0);
     return st;
@@ -81,7 +81,7 @@ sj_status random_fill_twell(sj_context *ctx, const crng_activations *a, const sj
     int tile = l->tile, capacity = l->capacity;
     unsigned long long key = a->key;
     void *args[] = { &entries, &counts, &spill, &rows, &cols, &tile, &capacity, &key, &thr };
-    st = rt_launch(ctx, k, args, NULL);
+    st = rt_launch(ctx, k, RT_ARGS(args), NULL);
     if (st == SJ_OK) st = sj_synchronize(ctx); /* before the thresholds are freed */
     sj_free(ctx, thr);
     return st;

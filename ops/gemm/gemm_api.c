@@ -15,5 +15,5 @@ sj_status sj_gemm(sj_context *ctx, const sj_problem *p, sj_devptr A, sj_devptr B
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     void *args[] = { &A, &B, &C, &m, &n, &kk };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }

@@ -49,7 +49,7 @@ static sj_status gemm_launch(harness *h, const loaded_kernel *k, void *stream)
     gemm_state *s = h->state;
     int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
     void *args[] = { &s->A, &s->B, &s->C, &m, &n, &kk };
-    return rt_launch(h->ctx, k, args, stream);
+    return rt_launch(h->ctx, k, RT_ARGS(args), stream);
 }
 
 static sj_status gemm_reference(harness *h)

@@ -44,7 +44,7 @@ sj_status hybrid_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_p
     sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, owner = H->owner,
               backup = H->backup, counter = H->counter;
     void *args[] = { &X, &WgT, &values, &columns, &nnz, &slot, &owner, &backup, &counter, &m, &n, &kk, &r };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr WgT, const sj_hybrid_device *H,

@@ -56,7 +56,7 @@ sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devp
     sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
               uv = u->values, ub = u->backup;
     void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
@@ -69,7 +69,7 @@ sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
               dub = g->du_backup;
     void *args[] = { &dY, &values, &columns, &nnz, &slot, &backup, &uv, &ub, &WgT, &WuT, &Wd, &dX,
                      &dgv, &dgb, &duv, &dub, &r };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_hybrid_device *H,

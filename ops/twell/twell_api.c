@@ -55,7 +55,7 @@ sj_status twell_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_pr
         (st = rt_tensor_map_rows(ctx, &map_w, WgT, p->n, p->k, TMA_WGMMA, "TMA descriptor of WgT")) != SJ_OK)
         return st;
     void *args[] = { &X, &WgT, &entries, &counts, &spill, &m, &n, &kk, &map_x, &map_w };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 static sj_status ffn_check(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_twell_device *H, sj_devptr WuT,
@@ -105,7 +105,7 @@ static sj_status ffn_launch_with(sj_context *ctx, const loaded_kernel *k, const 
         return st;
     /* the launch reads as many arguments as the kernel declares: ALGO 0 and 1 stop at work */
     void *args[] = { &X, &entries, &counts, &spill, &WuT, &Wd, &Y, &m, &d, &f, &work, &map_x, &map_wu, &map_wd };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr X,

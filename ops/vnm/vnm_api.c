@@ -119,7 +119,7 @@ sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device 
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     void *args[] = { (void *)&A->values, (void *)&A->meta, (void *)&A->index, &B, &C, &m, &n, &kk, &alpha, &beta };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 /* ---------------------------------------------------------------- the GPU compressor */
@@ -201,7 +201,7 @@ sj_status sj_vnm_compress_device_ws(sj_context *ctx, const sj_vnm_layout *l, sj_
     int sel = (int)select;
     sj_devptr values = out->values, meta = out->meta, index = out->index;
     void *args[] = { &A, &ld, &sel, &values, &meta, &index, &workspace };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,

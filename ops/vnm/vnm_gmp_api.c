@@ -64,7 +64,7 @@ sj_status sj_gmp_prune_workspace(const sj_gmp_schedule *s, sj_dtype dt, int64_t 
 
 /* The kernel of one stage; the pattern stage keys on M', the others on the final M. */
 static sj_status stage(sj_context *ctx, const sj_gmp_schedule *s, sj_dtype dt, int64_t rows, int64_t cols, int m,
-                       int which, void **args, void *stream)
+                       int which, void **args, size_t n_args, void *stream)
 {
     sj_problem p;
     sj_problem_init(&p, SJ_OP_GMP_PRUNE, dt, rows, 1, cols);
@@ -76,7 +76,7 @@ static sj_status stage(sj_context *ctx, const sj_gmp_schedule *s, sj_dtype dt, i
     const loaded_kernel *k;
     sj_status st = rt_kernel_with_config(ctx, &p, NULL, config, &k);
     if (st != SJ_OK) return error_prefix(st, "the GMP kernel %s", config);
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, args, n_args, stream);
 }
 
 sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, sj_dtype dt, int64_t rows, int64_t cols,
@@ -107,7 +107,7 @@ sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, 
               counts = workspace + w.counts;
     if (t.pattern_m) { /* mask &= the slots the V:2:M' compression of U = W (.) mask keeps */
         void *a0[] = { &W, &lw, &mask, &lm, &U };
-        if ((st = stage(ctx, s, dt, rows, cols, s->m, 0, a0, stream)) != SJ_OK) return st;
+        if ((st = stage(ctx, s, dt, rows, cols, s->m, 0, RT_ARGS(a0), stream)) != SJ_OK) return st;
         sj_vnm_device c;
         if ((st = sj_vnm_layout_init(&c.layout, dt, s->v, 2, t.pattern_m, rows, cols)) != SJ_OK) return st;
         c.values = workspace + w.values;
@@ -117,7 +117,7 @@ sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, 
                                             stream)) != SJ_OK)
             return error_prefix(st, "%s (the pattern V:2:%d)", what, t.pattern_m);
         void *a1[] = { &c.meta, &c.index, &mask, &lm };
-        if ((st = stage(ctx, s, dt, rows, cols, t.pattern_m, 1, a1, stream)) != SJ_OK) return st;
+        if ((st = stage(ctx, s, dt, rows, cols, t.pattern_m, 1, RT_ARGS(a1), stream)) != SJ_OK) return st;
     }
     /* Unstructured: the smallest surviving magnitudes go until ceil(s_t * n) are masked out. */
     CU_CHECK(cu.cuMemsetD32Async((CUdeviceptr)hist, 0, HIST_BINS + 4, (CUstream)stream), "zeroing the GMP histogram");
@@ -128,8 +128,9 @@ sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, 
     void *a5[] = { &counts, &n_chunks };
     void *a6[] = { &W, &lw, &mask, &lm, &sel, &counts };
     void **args[] = { a2, a3, a4, a5, a6 };
+    const size_t n_args[] = { 6, 4, 6, 2, 6 };
     for (int i = 0; i < 5; i++)
-        if ((st = stage(ctx, s, dt, rows, cols, s->m, 2 + i, args[i], stream)) != SJ_OK) return st;
+        if ((st = stage(ctx, s, dt, rows, cols, s->m, 2 + i, args[i], n_args[i], stream)) != SJ_OK) return st;
     return SJ_OK;
 }
 

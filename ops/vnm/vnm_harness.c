@@ -84,7 +84,7 @@ static sj_status vnm_launch(harness *h, const loaded_kernel *k, void *stream)
     vnm_state *s = h->state;
     int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
     void *args[] = { &s->values, &s->meta, &s->index, &s->B, &s->C, &m, &n, &kk, &s->alpha, &s->beta };
-    return rt_launch(h->ctx, k, args, stream);
+    return rt_launch(h->ctx, k, RT_ARGS(args), stream);
 }
 
 static sj_status vnm_reference(harness *h)

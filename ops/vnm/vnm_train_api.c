@@ -62,7 +62,7 @@ sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     sj_devptr meta = W->meta, index = W->index;
     void *args[] = { &dY, &X, &meta, &index, &dW_values, &m, &n, &kk };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_vnm_transpose(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, int64_t ldt, void *stream)
@@ -86,7 +86,7 @@ sj_status sj_vnm_transpose(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT
     long long ld = (long long)ldt;
     sj_devptr values = W->values, meta = W->meta, index = W->index;
     void *args[] = { &values, &meta, &index, &WT, &ld };
-    return rt_launch(ctx, k, args, stream);
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
 /* The dense W^T's bytes, rounded to 16 so the compressor's word after it stays aligned. */

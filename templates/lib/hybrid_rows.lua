@@ -87,7 +87,7 @@ function R.generate(problem, cfg, mode)
     const unsigned short* __restrict__ columns, const int* __restrict__ nnz, const int* __restrict__ slot,
     const unsigned short* __restrict__ backup, const T* __restrict__ DOTW, const T* __restrict__ UPDW,
     OutT* __restrict__ out, unsigned short* __restrict__ u_values, unsigned short* __restrict__ u_backup,
-    int M, int Dm, int Fm, int R]]
+    int R]]
   else
     args = [[const T* __restrict__ V, const unsigned short* __restrict__ values,
     const unsigned short* __restrict__ columns, const int* __restrict__ nnz, const int* __restrict__ slot,
