@@ -129,7 +129,7 @@ local function generate(problem, cfg)
     BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, WM = cfg.WM, WN = cfg.WN, STAGES = cfg.STAGES,
     GROUP_M = cfg.GROUP_M, WG = cfg.WG, THREADS = warps_of(cfg) * 32, WARPS = warps_of(cfg),
     WIDTH = problem.C, HPL = cfg.BN // 32, ctype = dt.ctype, pack2 = dt.pack2,
-    wgmma = cfg.WG == 1 and sync.wgmma(dt, cfg.BN) or "", hopper = cfg.WG == 1 and cuda.hopper() or "",
+    wgmma = cfg.WG == 1 and cuda.wgmma(dt, cfg.BN) or "", hopper = cfg.WG == 1 and cuda.hopper() or "",
   }
   env.entry = string.format("sj_hybrid_gate_%s_w%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d", problem.dtype, problem.C, cfg.BM,
                             cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG)

@@ -159,10 +159,10 @@ local function generate(problem, cfg)
     GROUP_M = cfg.GROUP_M, WG = cfg.WG, CLUSTER = cfg.CLUSTER, THREADS = threads_of(cfg), WARPS = warps,
     TT = problem.T, CAP = problem.C, VPL = math.max(1, problem.T // 32),
     ctype = dt.ctype, pack2 = dt.pack2,
-    wgmma = cfg.WG >= 1 and sync.wgmma(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
+    wgmma = cfg.WG >= 1 and cuda.wgmma(dt, cfg.BN) or "", hopper = cfg.WG >= 1 and cuda.hopper() or "",
     BAR_OFF = bar_offset(cfg), HALVES = halves(problem, cfg) and 1 or 0,
   }
-  if env.HALVES == 1 then env.wgmma = env.wgmma .. sync.wgmma(dt, cfg.BN // 2) end
+  if env.HALVES == 1 then env.wgmma = env.wgmma .. cuda.wgmma(dt, cfg.BN // 2) end
   env.entry = string.format("sj_twell_gate_%s_t%dc%d_%dx%dx%d_s%d_g%d_w%dx%d_wg%d_c%d", problem.dtype, problem.T,
                             problem.C, cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M, cfg.WM, cfg.WN, cfg.WG, cfg.CLUSTER)
   local variant = cfg.WG == 2 and tma or sync

@@ -15,17 +15,23 @@
 -- goes through shared memory and each (row, group) keeps the 2 of its 4 columns that its
 -- metadata nibble names, one 4- or 8-byte store per pair in fragment order (consecutive threads,
 -- consecutive words). Work: 4/M of the dense dW's, of which half is kept (the 2:4 inside).
+--
+-- WG=1 (sm_90a; a tuning-space variant, not yet measured on a GPU, so no default takes it): the
+-- same ring, gather and epilogue, but each warpgroup multiplies a 64 x BN slab with
+-- wgmma.mma_async from shared-memory descriptors (BK=64: the ring's XOR swizzle is then exactly
+-- wgmma's 128-byte pattern, the ring aligned to 1024 bytes), as the twell gate's WG=1 does; WM=64
+-- and WN=BN name the warpgroup's tile. WG=0: warps of WM x WN on ldmatrix + mma.sync.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local vnm = require "lib.vnm_common"
 
-local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES" }
+local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES", "WG" }
 local MAX_ACC = 128             -- fp32 accumulators per thread
 local BM_EDGES = { 16, 32, 64, 128 }
-local BG_EDGES = { 8, 16, 32 }
+local BG_EDGES = { 8, 16, 32, 64 }
 local BK_EDGES = { 32, 64 }
 local WM_EDGES = { 16, 32, 64 }
-local WN_EDGES = { 16, 32, 64 }
+local WN_EDGES = { 16, 32, 64 }     -- WG=0's warp tiles; WG=1 takes WN = 4 * BG
 local V_VALUES = { 16, 32, 64, 128 }
 local PAD = 4                   -- floats of padding per row of the epilogue's tile
 
@@ -41,7 +47,10 @@ local function layout(problem) return vnm.layout(problem.M, problem.N, problem.V
 
 local function pipe_bytes(cfg) return cfg.STAGES * (cfg.BM + 4 * cfg.BG) * cfg.BK * 2 end
 local function epi_bytes(cfg) return cfg.BM * (4 * cfg.BG + PAD) * 4 end
-local function smem_bytes(cfg) return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 end
+-- WG=1 adds 1024 bytes to align the ring by hand (wgmma's swizzle atoms use absolute smem bits).
+local function smem_bytes(cfg)
+  return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 + (cfg.WG == 1 and 1024 or 0)
+end
 
 local function problem_ok(problem)
   if problem.dtype ~= "f16" and problem.dtype ~= "bf16" then
@@ -70,19 +79,31 @@ local function valid(problem, cfg)
   if not ok then return false, why end
   local BM, BN, BK, WM, WN = cfg.BM, 4 * cfg.BG, cfg.BK, cfg.WM, cfg.WN
   if not member(BM_EDGES, BM) then return false, "BM=" .. BM .. " must be 16, 32, 64 or 128" end
-  if not member(BG_EDGES, cfg.BG) then return false, "BG=" .. cfg.BG .. " must be 8, 16 or 32" end
+  if not member(BG_EDGES, cfg.BG) then return false, "BG=" .. cfg.BG .. " must be 8, 16, 32 or 64" end
   if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 32 or 64" end
-  if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
-  if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
   if BM > problem.V then return false, string.format("BM=%d exceeds V=%d: a CTA's rows share one V block's columns", BM, problem.V) end
-  if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
-  if BN % WN ~= 0 then return false, string.format("4*BG=%d is not a multiple of WN=%d", BN, WN) end
-  local warps = (BM // WM) * (BN // WN)
-  if warps ~= 2 and warps ~= 4 and warps ~= 8 then
-    return false, string.format("(BM/WM)*(4*BG/WN) = %d warps, must be 2, 4 or 8", warps)
-  end
-  if WM * WN // 32 > MAX_ACC then
-    return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
+  if cfg.WG == 1 then
+    if problem.arch ~= "sm_90a" then return false, "WG=1 (wgmma) needs sm_90a, the target is " .. tostring(problem.arch) end
+    if BK ~= 64 then return false, "WG=1 needs BK=64 (128-byte rows: wgmma's swizzle), got BK=" .. BK end
+    if BM % 64 ~= 0 then return false, "WG=1 needs BM a multiple of 64 (one warpgroup per 64 rows), got BM=" .. BM end
+    if WM ~= 64 or WN ~= BN then
+      return false, string.format("WG=1 takes WM=64 and WN=4*BG=%d (the warpgroup's tile), got WM=%d, WN=%d", BN, WM, WN)
+    end
+    if BN // 2 > MAX_ACC then return false, string.format("4*BG=%d: %d accumulators per thread, at most %d", BN, BN // 2, MAX_ACC) end
+  elseif cfg.WG == 0 then
+    if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
+    if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
+    if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
+    if BN % WN ~= 0 then return false, string.format("4*BG=%d is not a multiple of WN=%d", BN, WN) end
+    local warps = (BM // WM) * (BN // WN)
+    if warps ~= 2 and warps ~= 4 and warps ~= 8 then
+      return false, string.format("(BM/WM)*(4*BG/WN) = %d warps, must be 2, 4 or 8", warps)
+    end
+    if WM * WN // 32 > MAX_ACC then
+      return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
+    end
+  else
+    return false, "WG=" .. cfg.WG .. " must be 0 (mma.sync) or 1 (wgmma)"
   end
   if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..4" end
   local nk = cdiv(problem.K, BK)
@@ -97,7 +118,10 @@ local function valid(problem, cfg)
 end
 
 local function space(problem)
-  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = WN_EDGES, STAGES = { 2, 3, 4 } }
+  local wn = { table.unpack(WN_EDGES) }
+  local wg = { 0 }
+  if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1 end
+  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg }
 end
 
 -- Candidates in order of preference, first valid wins: BM as large as the V block allows (the
@@ -116,7 +140,7 @@ local function default(problem)
   if not ok then error("vnm_dw: unsupported problem: " .. why, 0) end
   local nk = cdiv(problem.K, 64)
   for _, t in ipairs(PREFERRED) do
-    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES }
+    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = 0 }
     if cfg.BK == 64 then cfg.STAGES = math.min(cfg.STAGES, nk + 1) end
     if valid(problem, cfg) then return cfg end
   end
@@ -138,12 +162,12 @@ local function generate(problem, cfg)
   local ok, why = valid(problem, cfg)
   if not ok then error("vnm_dw: invalid config: " .. why, 0) end
   local M, N, K, V, MS = problem.M, problem.N, problem.K, problem.V, problem.MS
-  local BM, BG, BK, WM, WN, STAGES = cfg.BM, cfg.BG, cfg.BK, cfg.WM, cfg.WN, cfg.STAGES
+  local BM, BG, BK, WM, WN, STAGES, WG = cfg.BM, cfg.BG, cfg.BK, cfg.WM, cfg.WN, cfg.STAGES, cfg.WG
   local BN = 4 * BG
   local L = layout(problem)
   local din, dout = cuda.dtype(problem.dtype), cuda.dtype(problem.out_dtype)
   local WARPS_N = BN // WN
-  local THREADS = (BM // WM) * WARPS_N * 32
+  local THREADS = WG == 1 and BM // 64 * 128 or (BM // WM) * WARPS_N * 32
   local CH = BK // 8                       -- 16-byte chunks per row of a stage
   local TM, TN = L.RP // BM, cdiv(L.GP, BG)
   local e = {
@@ -159,11 +183,11 @@ local function generate(problem, cfg)
     -- distinct bank groups (64-byte rows pair up, so BK=32 XORs with row/2)
     SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
     gp_tail = L.GP % BG ~= 0,
-    out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2,
-    prelude = cuda.prelude(problem.dtype),
+    out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG,
+    prelude = cuda.prelude(problem.dtype) .. (WG == 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
   }
-  e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d",
-                          problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES)
+  e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d%s",
+                          problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES, WG == 1 and "_wg" or "")
 
   local kernel = emit.render(here(), [[
 typedef ${T} InT;
@@ -183,8 +207,13 @@ extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
   const int tile_m = blockIdx.x % ${TM}, tile_n = blockIdx.x / ${TM};
   const int row0 = tile_m * ${BM}, g0 = tile_n * ${BG};
   const int rb = row0 / ${V};
-  const sj_u32 smem0 = sj_smem_addr(sj_smem);
-  int* cols = (int*)(sj_smem + ${IDX_OFF});
+$ if WG == 1 then
+  unsigned char* const base = sj_smem + ((1024u - (sj_smem_addr(sj_smem) & 1023u)) & 1023u);
+$ else
+  unsigned char* const base = sj_smem;
+$ end
+  const sj_u32 smem0 = sj_smem_addr(base);
+  int* cols = (int*)(base + ${IDX_OFF});
 
   /* The BN gathered columns: the index of (rb, g0 ..) is BN consecutive ints (-1: padding). */
   for (int j = tid; j < ${BN}; j += ${THREADS}) {
@@ -225,6 +254,51 @@ $ end
     }
   };
 
+$ if WG == 1 then
+  /* Warpgroup wg owns rows 64wg..64wg+63 of the tile, all BN gathered columns. */
+  const int wg = warp >> 2;
+  float acc[${BN // 8}][4];
+#pragma unroll
+  for (int j = 0; j < ${BN // 8}; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for (int st = 0; st < ${STAGES - 1}; ++st) {
+    if (st < ${NK}) load_stage(st, smem0 + st * ${STAGE_BYTES});
+    sj_cp_async_commit();
+  }
+#pragma unroll 1
+  for (int ks = 0; ks < ${NK}; ++ks) {
+    const sj_u32 s = smem0 + (ks % ${STAGES}) * ${STAGE_BYTES};
+    sj_cp_async_wait<${STAGES - 2}>();
+    sj_fence_proxy_async();            /* the cp.async writes, visible to wgmma (the async proxy) */
+    __syncthreads();
+    const sj_u32 a0 = s + wg * 64 * ${ROWB}, b0 = s + ${A_BYTES};
+    sj_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < ${KK}; ++kk)
+      sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + kk * 32), sj_desc_sw128(b0 + kk * 32), ks > 0 || kk > 0);
+    sj_wgmma_commit();
+    sj_wgmma_wait<1>();                /* this warpgroup's wgmmas of stage ks-1 are done ... */
+    __syncthreads();                   /* ... in every warpgroup: that stage may be refilled */
+    if (ks + ${STAGES - 1} < ${NK}) load_stage(ks + ${STAGES - 1}, smem0 + ((ks + ${STAGES - 1}) % ${STAGES}) * ${STAGE_BYTES});
+    sj_cp_async_commit();
+  }
+  sj_wgmma_wait<0>();
+  sj_cp_async_wait<0>();
+  __syncthreads();   /* the ring is free: the tile goes where the stages were */
+
+  /* Accumulator j of a warpgroup's 64 x BN slab holds rows 16(warp%4) + g and + 8, columns 8j + 2q, + 1. */
+  float* tile = (float*)base;
+  {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < ${BN // 8}; ++j) {
+      const int r = wg * 64 + (warp & 3) * 16 + g, c = j * 8 + 2 * q;
+      *(float2*)(tile + r * ${LDS} + c) = make_float2(acc[j][0], acc[j][1]);
+      *(float2*)(tile + (r + 8) * ${LDS} + c) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
+  __syncthreads();
+$ else
   float acc[${MI}][${NI}][4];
 #pragma unroll
   for (int mi = 0; mi < ${MI}; ++mi)
@@ -273,7 +347,7 @@ $ end
   __syncthreads();   /* the ring is free: the tile goes where the stages were */
 
   /* Accumulator (mi, ni) holds rows +g and +g+8, gathered columns +2q and +2q+1. */
-  float* tile = (float*)sj_smem;
+  float* tile = (float*)base;
   {
     const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -287,6 +361,8 @@ $ end
         }
   }
   __syncthreads();
+
+$ end
 
   /* Keep the 2 of 4 each (row, group) names: item w of a (16-row, 8-group) fragment tile is lane
      w/4, register w%4, i.e. row 8*(reg&1) + lane/4 and group 4*(reg>>1) + lane%4 of the tile;

@@ -62,11 +62,23 @@ static void test_dw_template_refuses(void **state)
     sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_F16, 256, 256, 256);
     p.vnm_v = 64, p.vnm_n = 2, p.vnm_m = 8;
     sj_generated *g = NULL;
-    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=128,BG=16,BK=64,WM=64,WN=32,STAGES=3", &g), SJ_ERR_INVALID_ARGUMENT, "exceeds V=64");
-    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=48,WM=32,WN=32,STAGES=3", &g), SJ_ERR_INVALID_ARGUMENT, "BK=48");
-    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=16,WN=16,STAGES=3", &g), SJ_ERR_INVALID_ARGUMENT, "16 warps");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=128,BG=16,BK=64,WM=64,WN=32,STAGES=3,WG=0", &g), SJ_ERR_INVALID_ARGUMENT, "exceeds V=64");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=48,WM=32,WN=32,STAGES=3,WG=0", &g), SJ_ERR_INVALID_ARGUMENT, "BK=48");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=16,WN=16,STAGES=3,WG=0", &g), SJ_ERR_INVALID_ARGUMENT, "16 warps");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=32,WM=64,WN=64,STAGES=3,WG=1", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=1 needs BK=64");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=32,WN=64,STAGES=3,WG=1", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=1 takes WM=64 and WN=4*BG=64");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=2", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=2 must be 0");
     p.k = 250;
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "problem.k = 250");
+    sj_context_destroy(ctx);
+    ctx = tu_compile_context("sm_80");
+    assert_non_null(ctx);
+    p.k = 256;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "needs sm_90a");
     sj_context_destroy(ctx);
 }
 
@@ -142,24 +154,53 @@ static double run_dw(sj_context *ctx, sj_dtype dt, sj_dtype od, int v, int m, in
     return err;
 }
 
+/* run_dw with config forced for its problem ("" : the op's choice). */
+static double run_dw_config(sj_context *ctx, const char *config, sj_dtype dt, sj_dtype od, int v, int m, int64_t rows,
+                            int64_t cols, int64_t tokens, uint64_t *rng)
+{
+    sj_problem p;
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, dt, v, 2, m, rows, cols));
+    SJ_ASSERT_OK(sj_vnm_dw_problem(&l, tokens, od, &p));
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, config));
+    double err = run_dw(ctx, dt, od, v, m, rows, cols, tokens, rng);
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+    return err;
+}
+
+/* The wgmma variant (WG=1) runs where the GPU is sm_90a; elsewhere the test says it skipped it. */
+static int has_wgmma(sj_context *ctx)
+{
+    sj_device_info info;
+    SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
+    if (strcmp(info.arch, "sm_90a") == 0) return 1;
+    fprintf(stderr, "# SKIP vnm-dw WG=1 cases: wgmma needs sm_90a, this GPU is %s\n", info.arch);
+    return 0;
+}
+
 static void test_dw_matches_fp64(void **state)
 {
     (void)state;
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     uint64_t rng = tu_seed();
-    for (size_t d = 0; d < 2; d++)
-        for (size_t vi = 0; vi < 2; vi++)
-            for (size_t mi = 0; mi < 4; mi++) {
-                const sj_dtype dt = DTS[d], od = OUTS[(d + vi + mi) % 3];
-                const int v = VS[vi], m = MS[mi];
-                /* ragged: rows not a multiple of V, columns not of M, tokens not of any tile */
-                const int64_t rows = 2 * v + 19, cols = 37 * m + 3, tokens = 8 * (int64_t)(25 + 6 * mi);
-                double err = run_dw(ctx, dt, od, v, m, rows, cols, tokens, &rng);
-                if (!(err <= tolerance(dt, od)))
-                    fail_msg("vnm-dw V=%d 2:%d %s->%s %lldx%lld T=%lld: rel. error %g", v, m, sj_dtype_name(dt),
-                             sj_dtype_name(od), (long long)rows, (long long)cols, (long long)tokens, err);
-            }
+    /* the default, then the wgmma variant (BM=64 fits both V) */
+    const char *configs[] = { "", "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1" };
+    const size_t n_configs = has_wgmma(ctx) ? 2 : 1;
+    for (size_t c = 0; c < n_configs; c++)
+        for (size_t d = 0; d < 2; d++)
+            for (size_t vi = 0; vi < 2; vi++)
+                for (size_t mi = 0; mi < 4; mi++) {
+                    const sj_dtype dt = DTS[d], od = OUTS[(d + vi + mi + c) % 3];
+                    const int v = VS[vi], m = MS[mi];
+                    /* ragged: rows not a multiple of V, columns not of M, tokens not of any tile */
+                    const int64_t rows = 2 * v + 19, cols = 37 * m + 3, tokens = 8 * (int64_t)(25 + 6 * mi);
+                    double err = run_dw_config(ctx, configs[c], dt, od, v, m, rows, cols, tokens, &rng);
+                    if (!(err <= tolerance(dt, od)))
+                        fail_msg("vnm-dw V=%d 2:%d %s->%s %lldx%lld T=%lld config '%s': rel. error %g", v, m,
+                                 sj_dtype_name(dt), sj_dtype_name(od), (long long)rows, (long long)cols, (long long)tokens,
+                                 configs[c], err);
+                }
 }
 
 static void test_dw_configs(void **state)
@@ -168,22 +209,23 @@ static void test_dw_configs(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     uint64_t rng = tu_seed();
-    static const char *cfgs[] = {
-        "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2",   /* the smallest tile, 64-byte rows' swizzle */
-        "BM=128,BG=32,BK=64,WM=64,WN=64,STAGES=4", /* the largest */
-        "BM=64,BG=16,BK=32,WM=16,WN=32,STAGES=3",  /* 8 warps */
-        "BM=32,BG=32,BK=64,WM=32,WN=16,STAGES=2",  /* BG past the padded groups' multiple */
+    /* 333 columns: 42 groups of 8, 48 padded; 565: 71 groups, 80 padded (for BG=64) */
+    static const struct { const char *config; int64_t cols; } cfgs[] = {
+        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0", 333 },    /* the smallest tile, 64-byte rows' swizzle */
+        { "BM=128,BG=32,BK=64,WM=64,WN=64,STAGES=4,WG=0", 333 },  /* the largest warp tiles */
+        { "BM=64,BG=16,BK=32,WM=16,WN=32,STAGES=3,WG=0", 333 },   /* 8 warps */
+        { "BM=32,BG=32,BK=64,WM=32,WN=16,STAGES=2,WG=0", 333 },   /* BG past the padded groups' multiple */
+        { "BM=128,BG=64,BK=64,WM=64,WN=64,STAGES=3,WG=0", 565 },  /* 256 gathered columns */
+        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=1", 333 },    /* wgmma: one warpgroup, n32 */
+        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1", 333 }, /* two warpgroups, n128 */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1", 565 }, /* n256, BG past the padded groups */
     };
-    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
-        sj_problem p;
-        sj_vnm_layout l;
-        const int64_t rows = 300, cols = 8 * 41 + 5, tokens = 136;
-        SJ_ASSERT_OK(sj_vnm_layout_init(&l, SJ_DTYPE_BF16, 128, 2, 8, rows, cols));
-        SJ_ASSERT_OK(sj_vnm_dw_problem(&l, tokens, SJ_DTYPE_F32, &p));
-        SJ_ASSERT_OK(sj_set_config(ctx, &p, cfgs[i]));
-        double err = run_dw(ctx, SJ_DTYPE_BF16, SJ_DTYPE_F32, 128, 8, rows, cols, tokens, &rng);
-        SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
-        if (!(err <= tolerance(SJ_DTYPE_BF16, SJ_DTYPE_F32))) fail_msg("vnm-dw config %s: rel. error %g", cfgs[i], err);
+    const size_t n = has_wgmma(ctx) ? sizeof cfgs / sizeof *cfgs : 5;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t rows = 300, tokens = 136;
+        double err = run_dw_config(ctx, cfgs[i].config, SJ_DTYPE_BF16, SJ_DTYPE_F32, 128, 8, rows, cfgs[i].cols, tokens, &rng);
+        if (!(err <= tolerance(SJ_DTYPE_BF16, SJ_DTYPE_F32)))
+            fail_msg("vnm-dw config %s, %lld columns: rel. error %g", cfgs[i].config, (long long)cfgs[i].cols, err);
     }
 }
 

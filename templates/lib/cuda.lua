@@ -143,4 +143,23 @@ end
 -- The sm_90a helpers (wgmma synchronisation and descriptors, mbarriers, TMA, setmaxnreg).
 function cuda.hopper() return hopper end
 
+-- The wgmma instruction of one warpgroup, both operands K-major in shared memory (128-byte
+-- swizzle descriptors): D(64 x BN, fp32) += A(desc) . B(desc), accumulating unless acc is 0.
+-- dt: cuda.dtype of the inputs. Used by the gates (twell_gate.lua, hybrid_gate.lua) and vnm_dw.lua.
+function cuda.wgmma(dt, BN)
+  local n = BN // 2
+  local regs, cons = {}, {}
+  for i = 0, n - 1 do
+    regs[#regs + 1] = "%" .. i
+    cons[#cons + 1] = string.format('"+f"(d[%d][%d])', i // 4, i % 4)
+  end
+  return string.format([[
+__device__ __forceinline__ void sj_wgmma_n%d(float d[%d][4], unsigned long long da, unsigned long long db, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %%%d, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\n}\n"
+    : %s
+    : "l"(da), "l"(db), "r"(acc)); }
+]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, table.concat(regs, ","), n, n + 1, table.concat(cons, ", "))
+end
+
 return cuda

@@ -16,24 +16,6 @@ local emit = require "lib.emit"
 
 local S = {}
 
--- The wgmma instruction of one warpgroup: D(64 x BN, fp32) += A(desc) . B(desc) (WG=1 here,
--- WG=2 of twell_gate.lua, and hybrid_gate.lua).
-function S.wgmma(dt, BN)
-  local n = BN // 2
-  local regs, cons = {}, {}
-  for i = 0, n - 1 do
-    regs[#regs + 1] = "%" .. i
-    cons[#cons + 1] = string.format('"+f"(d[%d][%d])', i // 4, i % 4)
-  end
-  return string.format([[
-__device__ __forceinline__ void sj_wgmma_n%d(float d[%d][4], unsigned long long da, unsigned long long db, int acc) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %%%d, 0;\n"
-    "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\n}\n"
-    : %s
-    : "l"(da), "l"(db), "r"(acc)); }
-]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, table.concat(regs, ","), n, n + 1, table.concat(cons, ", "))
-end
-
 -- The device functions before the entry: the swizzle and the loader of one ring stage.
 function S.helpers(env) return emit.render(here(), [[
 /* 16-byte chunk ch of tile row r (XOR swizzle; for 128-byte rows the wgmma 128B pattern). */
