@@ -8,8 +8,9 @@ Rows: out x in weight, 8192 tokens, f16 and bf16, V = 128 at 2:4, 2:8, 2:16. Eac
 median of torch.utils.benchmark's blocked_autorange (>= 1 s per case), the cases of a shape
 interleaved. The launch cost: host time per call, over 2000 calls without synchronising, of
 torch.ops.sparsejit.vnm_spmm on a 128 x 128 x 8 problem (the GPU keeps up: the kernel takes a few
-us) against sj_vnm_spmm called directly with prebuilt arguments (what the op wraps). Needs torch
-and a GPU."""
+us) and of its body as sparsejit's modules call it in eager mode (sparsejit.ops.EAGER, no
+dispatcher) against sj_vnm_spmm called directly with prebuilt arguments (what both wrap). Needs
+torch and a GPU."""
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ def launch_cost(calls: int = 2000) -> dict:
     values, meta, index, _ = torch.ops.sparsejit.vnm_compress(a, "64:2:8", "l2")
     b = torch.randn(cols, n, device="cuda", dtype=torch.float16)
     op = lambda: torch.ops.sparsejit.vnm_spmm(values, meta, index, b, rows, cols, "64:2:8", None)
+    eager = lambda: sops.EAGER.vnm_spmm(values, meta, index, b, rows, cols, "64:2:8", None)
     c = op()
     lay = vnm_layout(rows, cols, "64:2:8", "f16")
     p = Problem()
@@ -80,7 +82,7 @@ def launch_cost(calls: int = 2000) -> dict:
     args = (handle, ctypes.byref(p), ctypes.byref(dev), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream)
     bare = lambda: call("sj_vnm_spmm", *args)
     out = {}
-    for name, fn in (("torch op", op), ("bare sj_vnm_spmm", bare), ("torch op", op), ("bare sj_vnm_spmm", bare)):
+    for name, fn in (("torch op", op), ("eager body", eager), ("bare sj_vnm_spmm", bare)) * 2:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
@@ -89,6 +91,7 @@ def launch_cost(calls: int = 2000) -> dict:
         torch.cuda.synchronize()
         out[name] = min(out.get(name, host), host)
     out["python overhead us"] = out["torch op"] - out["bare sj_vnm_spmm"]
+    out["eager overhead us"] = out["eager body"] - out["bare sj_vnm_spmm"]
     return out
 
 

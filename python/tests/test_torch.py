@@ -100,6 +100,45 @@ def _masked_reference(w: torch.Tensor, vnm: str, select: str = "l2") -> torch.Te
     return torch.from_numpy(sparsejit.vnm_decompress(h)).to(w.device, w.dtype)
 
 
+def test_modules_route_through_the_dispatcher_whenever_something_traces():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Tagged(torch.Tensor):
+        pass
+
+    plain = torch.empty(8, 8)
+    assert sparsejit.ops.ops_for(plain, torch.nn.Parameter(torch.empty(2))) is sparsejit.ops.EAGER
+    assert sparsejit.ops.ops_for(plain, plain.as_subclass(Tagged)) is torch.ops.sparsejit
+    with Passthrough():
+        assert sparsejit.ops.ops_for(plain) is torch.ops.sparsejit
+    with FakeTensorMode():
+        fake = torch.empty(8, 8, device="cuda")
+        assert sparsejit.ops.ops_for(fake) is torch.ops.sparsejit
+    for name in vars(sparsejit.ops.EAGER):  # every body stands for the op of its name
+        assert getattr(torch.ops.sparsejit, name)._schema.name == f"sparsejit::{name}"
+
+
+@gpu
+def test_eager_bodies_give_the_ops_results():
+    rows, cols, n = 192, 320, 40
+    a = torch.randn(rows, cols, device="cuda").half()
+    ops, eager = torch.ops.sparsejit, sparsejit.ops.EAGER
+    packed = ops.vnm_compress(a, "64:2:8", "l2")
+    for x, y in zip(packed, eager.vnm_compress(a, "64:2:8", "l2")):
+        assert torch.equal(x, y)
+    b = torch.randn(cols, n, device="cuda").half()
+    c = eager.vnm_spmm(*packed[:3], b, rows, cols, "64:2:8", None)
+    assert torch.equal(c, ops.vnm_spmm(*packed[:3], b, rows, cols, "64:2:8", None)) and c.isfinite().all()
+    dy = torch.randn(rows, n, device="cuda").half()
+    assert torch.equal(eager.vnm_dw(dy, b, packed[1], packed[2], rows, cols, "64:2:8", None),
+                       ops.vnm_dw(dy, b, packed[1], packed[2], rows, cols, "64:2:8", None))
+
+
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_vnm_compress_matches_host_and_spmm_matches_fp64(dtype):

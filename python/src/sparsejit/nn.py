@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsejit import ops
+from sparsejit import ops as sops
 from sparsejit.formats import VNMMatrix, to_bits, vnm_decompress, vnm_layout
 
 
@@ -50,7 +50,7 @@ class _VNMLinearFn(torch.autograd.Function):
     def forward(ctx, x2, values, meta, index, positions, rows: int, cols: int, vnm: str, backward: str):
         tokens = x2.shape[0]
         b = _tokens_last(x2, (-tokens) % 8)  # X^T: cols x tokens', kept for dW
-        c = torch.ops.sparsejit.vnm_spmm(values, meta, index, b, rows, cols, vnm, None)
+        c = sops.ops_for(b, values).vnm_spmm(values, meta, index, b, rows, cols, vnm, None)
         ctx.save_for_backward(b, values, meta, index, positions)
         ctx.shape, ctx.tokens, ctx.backward_mode = (rows, cols, vnm), tokens, backward
         return c[:, :tokens].t()
@@ -64,16 +64,17 @@ class _VNMLinearFn(torch.autograd.Function):
             return (*_dense_backward(gy, b[:, :tokens].t(), values, positions, rows, cols, want_x, want_w),
                     None, None, None, None, None, None, None)
         dy = _tokens_last(gy.to(values.dtype), b.shape[1] - tokens)  # rows x tokens'
+        ops = sops.ops_for(dy, b, values)
         gx = gv = None
         if want_x:
             if ctx.backward_mode == "exact":
-                dxt = torch.ops.sparsejit.vnm_dx_exact(values, meta, index, dy, rows, cols, vnm, None)
+                dxt = ops.vnm_dx_exact(values, meta, index, dy, rows, cols, vnm, None)
             else:
-                v2, m2, i2 = torch.ops.sparsejit.vnm_double_prune(values, meta, index, rows, cols, vnm)
-                dxt = torch.ops.sparsejit.vnm_spmm(v2, m2, i2, dy, cols, rows, vnm, None)
+                v2, m2, i2 = ops.vnm_double_prune(values, meta, index, rows, cols, vnm)
+                dxt = ops.vnm_spmm(v2, m2, i2, dy, cols, rows, vnm, None)
             gx = dxt[:, :tokens].t()
         if want_w:
-            gv = torch.ops.sparsejit.vnm_dw(dy, b, meta, index, rows, cols, vnm, None)
+            gv = ops.vnm_dw(dy, b, meta, index, rows, cols, vnm, None)
             # A kept slot holding an exact zero is pruned (GMP's unstructured mask inside the
             # pattern): its gradient stays 0 so an optimizer never revives it, as in "dense".
             gv = torch.where(values != 0, gv, torch.zeros((), dtype=gv.dtype, device=gv.device))
@@ -99,7 +100,8 @@ class VNMLinear(nn.Module):
 
     ``values`` (a Parameter: the kept weights in the kernel's order), ``meta`` and ``index``
     (buffers) are the compressed weight, so a state_dict holds only compressed data; the layout
-    (out x in, V:N:M, dtype) is extra state. The forward runs ``torch.ops.sparsejit.vnm_spmm``.
+    (out x in, V:N:M, dtype) is extra state. The forward runs ``torch.ops.sparsejit.vnm_spmm``
+    (in plain eager mode its body, without the dispatcher: ``sparsejit.ops.ops_for``).
 
     ``backward`` picks how the gradients are computed (all keep the pattern: a slot holding an
     exact zero counts as pruned and gets no gradient):
@@ -124,7 +126,7 @@ class VNMLinear(nn.Module):
         if backward not in BACKWARDS:
             raise ValueError(f"VNMLinear: backward {backward!r}: expected one of {BACKWARDS}")
         self.in_features, self.out_features, self.vnm, self.backward = in_features, out_features, vnm, backward
-        nv, nm, ni = ops.vnm_sizes(out_features, in_features, vnm, dtype)
+        nv, nm, ni = sops.vnm_sizes(out_features, in_features, vnm, dtype)
         self.values = nn.Parameter(torch.zeros(nv, dtype=dtype, device=device))
         self.register_buffer("meta", torch.zeros(nm, dtype=torch.int32, device=device))
         self.register_buffer("index", torch.zeros(ni, dtype=torch.int32, device=device))
@@ -141,7 +143,7 @@ class VNMLinear(nn.Module):
         m = cls(linear.in_features, linear.out_features, vnm, linear.bias is not None, dt, w.device, backward)
         values, meta, index, word = torch.ops.sparsejit.vnm_compress(w.to(dt).contiguous(), vnm, select)
         if select == "exact":
-            ops.check_pattern(word, m.out_features, m.in_features, vnm, dt)
+            sops.check_pattern(word, m.out_features, m.in_features, vnm, dt)
         with torch.no_grad():
             m.values.copy_(values)
             m.meta.copy_(meta)
@@ -188,8 +190,8 @@ class VNMLinear(nn.Module):
         else:
             pad = (-x2.shape[0]) % 8
             b = torch.nn.functional.pad(x2, (0, 0, 0, pad)).t().contiguous()
-            y = torch.ops.sparsejit.vnm_spmm(self.values, self.meta, self.index, b, self.out_features,
-                                             self.in_features, self.vnm, None)[:, :x2.shape[0]].t()
+            y = sops.ops_for(b, self.values).vnm_spmm(self.values, self.meta, self.index, b, self.out_features,
+                                                       self.in_features, self.vnm, None)[:, :x2.shape[0]].t()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
@@ -229,8 +231,9 @@ class TwELLFFN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.d_model).to(self.wg_t.dtype).contiguous()
-        entries, counts, spill = torch.ops.sparsejit.twell_gate(x2, self.wg_t, self.tile, self.capacity, self.sparsity)
-        y = torch.ops.sparsejit.twell_ffn(x2, entries, counts, spill, self.wu_t, self.wd, self.tile, self.capacity,
+        ops = sops.ops_for(x2, self.wg_t)
+        entries, counts, spill = ops.twell_gate(x2, self.wg_t, self.tile, self.capacity, self.sparsity)
+        y = ops.twell_ffn(x2, entries, counts, spill, self.wu_t, self.wd, self.tile, self.capacity,
                                           self.sparsity, None)
         return y.reshape(*lead, self.d_model)
 
@@ -250,7 +253,7 @@ class GMP:
     def __init__(self, model: nn.Module, vnm: str, final_sparsity: Optional[float] = None,
                  initial_sparsity: float = 0.0, start_step: int = 0, interval: int = 1, n_steps: int = 1):
         self.vnm = vnm
-        self.schedule = ops.gmp_schedule(vnm, final_sparsity, initial_sparsity, start_step, interval, n_steps)
+        self.schedule = sops.gmp_schedule(vnm, final_sparsity, initial_sparsity, start_step, interval, n_steps)
         self.layers = {name: mod for name, mod in model.named_modules() if isinstance(mod, nn.Linear)}
         if not self.layers:
             raise ValueError("GMP: the model has no nn.Linear layer to prune")
@@ -266,7 +269,7 @@ class GMP:
     @torch.no_grad()
     def step(self, step: int) -> float:
         """Prunes (at a pruning step) or re-masks every layer; returns the target sparsity."""
-        t = ops.gmp_target(self.schedule, step)
+        t = sops.gmp_target(self.schedule, step)
         s = self.schedule
         for name, lin in self.layers.items():
             if t.prune_now:

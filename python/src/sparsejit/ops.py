@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from types import SimpleNamespace
 from typing import Optional
 
 import torch
@@ -148,8 +149,7 @@ def vnm_sizes(rows: int, cols: int, vnm: str, dtype: torch.dtype) -> tuple[int, 
 # ---------------------------------------------------------------- vnm_compress
 
 
-@torch.library.custom_op("sparsejit::vnm_compress", mutates_args=())
-def vnm_compress(a: torch.Tensor, vnm: str, select: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+def _vnm_compress(a: torch.Tensor, vnm: str, select: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                                   torch.Tensor]:
     """Compresses the dense a (rows x cols, f16/bf16) as V:N:M on its GPU: (values, meta, index,
     word). select: "l2" / "l1" (magnitude pruning) or "exact"; for exact, the int64 word is -1
@@ -172,6 +172,9 @@ def vnm_compress(a: torch.Tensor, vnm: str, select: str) -> tuple[torch.Tensor, 
     return values, meta, index, word[:1]
 
 
+vnm_compress = torch.library.custom_op("sparsejit::vnm_compress", _vnm_compress, mutates_args=())
+
+
 @vnm_compress.register_fake
 def _(a, vnm, select):
     nv, nm, ni = vnm_sizes(a.shape[0], a.shape[1], vnm, a.dtype)
@@ -189,8 +192,7 @@ def check_pattern(word: torch.Tensor, rows: int, cols: int, vnm: str, dtype: tor
 # ---------------------------------------------------------------- vnm_spmm
 
 
-@torch.library.custom_op("sparsejit::vnm_spmm", mutates_args=())
-def vnm_spmm(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: torch.Tensor, rows: int, cols: int,
+def _vnm_spmm(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: torch.Tensor, rows: int, cols: int,
              vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """C = A . B on sparse tensor cores: A the V:N:M matrix (rows x cols) of values/meta/index,
     B dense cols x n (n a multiple of 8), C rows x n in out_dtype (default B's dtype)."""
@@ -214,6 +216,9 @@ def vnm_spmm(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: t
     a = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
     check(_VNM_SPMM(handle, _byref(p), _byref(a), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream), "sj_vnm_spmm")
     return c
+
+
+vnm_spmm = torch.library.custom_op("sparsejit::vnm_spmm", _vnm_spmm, mutates_args=())
 
 
 @vnm_spmm.register_fake
@@ -258,8 +263,7 @@ def _dw_checks(dy, x, meta, index, rows, cols, vnm):
     return _vnm_arrays(None, meta, index, rows, cols, vnm, dy.dtype, "vnm_dw")
 
 
-@torch.library.custom_op("sparsejit::vnm_dw", mutates_args=())
-def vnm_dw(dy: torch.Tensor, x: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
+def _vnm_dw(dy: torch.Tensor, x: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
            vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """The weight gradient dW = dY . X^T at W's kept slots, written in W's value layout (one
     element per slot of ``values``, 0 in padding slots), so it is ``values``' gradient as is:
@@ -280,6 +284,9 @@ def vnm_dw(dy: torch.Tensor, x: torch.Tensor, meta: torch.Tensor, index: torch.T
     return dw
 
 
+vnm_dw = torch.library.custom_op("sparsejit::vnm_dw", _vnm_dw, mutates_args=())
+
+
 @vnm_dw.register_fake
 def _(dy, x, meta, index, rows, cols, vnm, out_dtype=None):
     lay = _dw_checks(dy, x, meta, index, rows, cols, vnm)
@@ -291,8 +298,7 @@ def _dx_checks(values, meta, index, dy, rows, cols, vnm):
     return _vnm_arrays(values, meta, index, rows, cols, vnm, dy.dtype, "vnm_dx_exact")
 
 
-@torch.library.custom_op("sparsejit::vnm_dx_exact", mutates_args=())
-def vnm_dx_exact(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, rows: int,
+def _vnm_dx_exact(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, rows: int,
                  cols: int, vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """The exact input gradient dX = W^T . dY (cols x tokens, out_dtype, default dy's): the dense
     masked W^T into a workspace from torch's allocator, then the dense tensor-core gemm."""
@@ -313,14 +319,16 @@ def vnm_dx_exact(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, 
     return dx
 
 
+vnm_dx_exact = torch.library.custom_op("sparsejit::vnm_dx_exact", _vnm_dx_exact, mutates_args=())
+
+
 @vnm_dx_exact.register_fake
 def _(values, meta, index, dy, rows, cols, vnm, out_dtype=None):
     _dx_checks(values, meta, index, dy, rows, cols, vnm)
     return dy.new_empty(cols, dy.shape[1], dtype=out_dtype or dy.dtype)
 
 
-@torch.library.custom_op("sparsejit::vnm_double_prune", mutates_args=())
-def vnm_double_prune(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
+def _vnm_double_prune(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, rows: int, cols: int,
                      vnm: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """WT2, the double-pruned copy of W^T (cols x rows, the same V:N:M; SLoPe): W^T re-pruned by
     magnitude along its own rows, as (values, meta, index) for vnm_spmm(..., cols, rows, vnm).
@@ -339,6 +347,9 @@ def vnm_double_prune(values: torch.Tensor, meta: torch.Tensor, index: torch.Tens
     wt2 = VnmDevice(lt, v2.data_ptr(), m2.data_ptr(), i2.data_ptr())
     check(_VNM_DOUBLE_PRUNE(handle, _byref(w), _byref(wt2), ws.data_ptr(), need, stream), "sj_vnm_double_prune")
     return v2, m2, i2
+
+
+vnm_double_prune = torch.library.custom_op("sparsejit::vnm_double_prune", _vnm_double_prune, mutates_args=())
 
 
 @vnm_double_prune.register_fake
@@ -371,8 +382,7 @@ def gmp_target(schedule: GmpSchedule, step: int) -> GmpTarget:
     return t
 
 
-@torch.library.custom_op("sparsejit::gmp_prune", mutates_args=("w", "mask"))
-def gmp_prune(w: torch.Tensor, mask: torch.Tensor, step: int, initial_sparsity: float, final_sparsity: float,
+def _gmp_prune(w: torch.Tensor, mask: torch.Tensor, step: int, initial_sparsity: float, final_sparsity: float,
               start_step: int, interval: int, n_steps: int, v: int, m: int) -> None:
     """One GMP step on the device, in place: w (rows x cols, f16/bf16) and mask (uint8, 1 = kept)
     pruned by magnitude as sj_gmp_prune_host does (nothing unless step is a pruning step); the
@@ -390,6 +400,9 @@ def gmp_prune(w: torch.Tensor, mask: torch.Tensor, step: int, initial_sparsity: 
                      cols, ws.data_ptr(), need, stream), "sj_gmp_prune")
 
 
+gmp_prune = torch.library.custom_op("sparsejit::gmp_prune", _gmp_prune, mutates_args=("w", "mask"))
+
+
 @gmp_prune.register_fake
 def _(w, mask, step, initial_sparsity, final_sparsity, start_step, interval, n_steps, v, m):
     return None
@@ -398,8 +411,7 @@ def _(w, mask, step, initial_sparsity, final_sparsity, start_step, interval, n_s
 # ---------------------------------------------------------------- TwELL
 
 
-@torch.library.custom_op("sparsejit::twell_gate", mutates_args=())
-def twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
+def _twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
                sparsity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """H = relu(x . Wg) as TwELL (entries int32 [tokens, tiles, C], counts int32 [tokens, tiles],
     spill [tokens, d_ff] of x's dtype): x tokens x d_model, wg_t d_ff x d_model. sparsity: the
@@ -422,6 +434,9 @@ def twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
     return entries, counts, spill
 
 
+twell_gate = torch.library.custom_op("sparsejit::twell_gate", _twell_gate, mutates_args=())
+
+
 @twell_gate.register_fake
 def _(x, wg_t, tile, capacity, sparsity):
     n_tiles = -(-wg_t.shape[0] // tile)
@@ -429,8 +444,7 @@ def _(x, wg_t, tile, capacity, sparsity):
             x.new_empty(x.shape[0], n_tiles, dtype=torch.int32), x.new_empty(x.shape[0], wg_t.shape[0]))
 
 
-@torch.library.custom_op("sparsejit::twell_ffn", mutates_args=())
-def twell_ffn(x: torch.Tensor, entries: torch.Tensor, counts: torch.Tensor, spill: torch.Tensor,
+def _twell_ffn(x: torch.Tensor, entries: torch.Tensor, counts: torch.Tensor, spill: torch.Tensor,
               wu_t: torch.Tensor, wd: torch.Tensor, tile: int, capacity: int, sparsity: float,
               out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """y = (H (.) (x . Wu)) . Wd with H the TwELL of twell_gate; wu_t and wd d_ff x d_model. The
@@ -462,6 +476,32 @@ def twell_ffn(x: torch.Tensor, entries: torch.Tensor, counts: torch.Tensor, spil
     return y
 
 
+twell_ffn = torch.library.custom_op("sparsejit::twell_ffn", _twell_ffn, mutates_args=())
+
+
 @twell_ffn.register_fake
 def _(x, entries, counts, spill, wu_t, wd, tile, capacity, sparsity, out_dtype=None):
     return x.new_empty(x.shape[0], x.shape[1], dtype=out_dtype or x.dtype)
+
+
+# ---------------------------------------------------------------- eager calls without the dispatcher
+
+#: The ops' Python bodies under the torch.ops names: the same checks, allocations and launch as
+#: torch.ops.sparsejit.<name>, without the custom-op dispatch around them (tens of us of host
+#: time per call; bench/torch_vnm_bench.py's launch cost measures both).
+EAGER = SimpleNamespace(**{n: globals()["_" + n] for n in (
+    "vnm_compress", "vnm_spmm", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn")})
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def ops_for(*tensors: torch.Tensor):
+    """Where sparsejit's modules take their ops from for these operands: EAGER in plain eager
+    mode, torch.ops.sparsejit whenever something must see the op itself - torch.compile or
+    torch.export tracing, FX tracing (make_fx), an active TorchDispatchMode (fake tensors, flop
+    counters), or a tensor subclass other than Parameter."""
+    if (torch.compiler.is_compiling() or torch.fx._symbolic_trace.is_fx_tracing()
+            or torch._C._len_torch_dispatch_mode() > 0 or any(type(t) not in _PLAIN for t in tensors)):
+        return torch.ops.sparsejit
+    return EAGER
