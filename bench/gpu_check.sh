@@ -7,8 +7,9 @@
 #   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick | --lean] [--only tests|bench]
 # --quick: the largest V:N:M shape only, fewer TwELL cases, 3 tuner seeds; --lean (one device
 # call, ~7 min on an H200): also only the test programs that use the GPU, f16 V:N:M with V=128,
-# 99%/99.9% TwELL at 8192 tokens (and 2048 at 99%), no FFN algorithm comparison and no tuner
-# comparison (bench/tune_compare.sh). bench.log has every bench row's wall time.
+# the training step at 11008x4096 f16 2:8 and 2:16 only, 99%/99.9% TwELL at 8192 tokens (and
+# 2048 at 99%), no FFN algorithm comparison and no tuner comparison (bench/tune_compare.sh).
+# bench.log has every bench row's wall time, and the training step's parts timed alone.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=""
@@ -95,6 +96,17 @@ fi
 for dt in $dtypes; do for s in $vnm_shapes; do for v in $vnm_v; do for m in 4 8 16 32; do
   bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m"
 done; done; done; done
+# One V:N:M linear layer's training step (forward, dX, dW) against the dense step's three cuBLAS
+# GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
+# double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step
+# (vnm-train-exact). Each row's parts timed alone go to bench.log. Not yet run on a GPU: the
+# wall time of the largest rows (host check of 16 sampled rows each of Y, dX, dW) is unmeasured.
+train_shapes="11008x4096x8192 4096x11008x8192 28672x8192x8192"; train_m="4 8 16"; train_dtypes="f16 bf16"
+[ $quick -eq 1 ] && train_shapes="28672x8192x8192"
+[ $lean -eq 1 ] && { train_shapes="11008x4096x8192"; train_m="8 16"; train_dtypes="f16"; }
+for dt in $train_dtypes; do for s in $train_shapes; do for m in $train_m; do for b in vnm-train vnm-train-exact; do
+  bench --op $b --shape "$s" --dtype $dt --vnm "128:2:$m"
+done; done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)
@@ -148,6 +160,7 @@ python3 "$root/bench/results_md.py" "$csv" --gpu "$gpu" --commit "$commit" >"$ou
 echo
 echo "== tests"; cat "$summary"
 echo "== tuning"; cat "$out/tune.txt"
+echo "== training step: parts timed alone (median us)"; grep "parts, each alone" "$out/bench.log"
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
 cat "$out/RESULTS.fragment.md"
 rm -rf "$work"

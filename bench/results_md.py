@@ -19,6 +19,10 @@ OPS = [
     ("twell-gate", "TwELL gate (GEMM + ReLU + TwELL epilogue) vs one cuBLAS GEMM"),
     ("twell-ffn", "twell-ffn: the fused FFN alone (TwELL H given) vs cuBLAS up GEMM + H (.) up + down GEMM"),
     ("twell-ffn-block", "twell-ffn-block: TwELL FFN block (gate + fused FFN) vs cuBLAS's three GEMMs + relu(gate) (.) up"),
+    ("vnm-train", "vnm-train: a V:N:M layer's training step (forward, dX on the double-pruned W^T, dW; out x in x T) "
+                  "vs cuBLAS's three GEMMs of the dense step"),
+    ("vnm-train-exact", "vnm-train-exact: the same step with the exact dX (W^T rewritten each step, dense gemm) "
+                        "vs cuBLAS's three GEMMs of the dense step"),
 ]
 
 

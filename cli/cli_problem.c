@@ -11,7 +11,8 @@
 
 static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
-    "                     vnm-dw: rows of W x cols of W x tokens; vnm-compress, vnm-transpose:\n"
+    "                     vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens, i.e.\n"
+    "                     out x in x T of the layer Y = W . X; vnm-compress, vnm-transpose:\n"
     "                     rows x 1 x cols; twell-gate: tokens x d_ff x d_model; twell-ffn and\n"
     "                     twell-ffn-block: tokens x d_model x d_model)\n"
     "  --dtype T          input dtype: f16 | bf16 (default f16)\n"

@@ -413,6 +413,11 @@ static int l_bench(lua_State *L)
     set_string(L, "config", k->config);
     set_string(L, "origin", k->origin == SJ_CONFIG_TUNED ? "tuned" : k->origin == SJ_CONFIG_EXPLICIT ? "explicit" : "default");
     set_string(L, "source", k->source == SJ_FROM_COMPILE ? "compiled" : k->source == SJ_FROM_CACHE ? "cache" : "table");
+    if (r.n_parts) { /* a benchmark's parts, each timed alone: parts_us.forward, ... */
+        lua_newtable(L);
+        for (int i = 0; i < r.n_parts; i++) set_number(L, r.part_names[i], r.part_us[i]);
+        lua_setfield(L, -2, "parts_us");
+    }
     if (r.cublas_error[0]) {
         /* The benchmark's own timing stands; say why there is no baseline instead of failing. */
         set_string(L, "cublas_error", r.cublas_error);

@@ -3,7 +3,8 @@
  * whether it is tuned, and the harness that times and checks it. The runtime, the tuner, the CLI
  * and the Lua module look an op up here instead of switching on sj_op; adding an op is a folder
  * ops/<family>/ with its descriptor and one line in op_table.c (docs/adding-an-op.md). Beside the
- * ops, a table of benchmarks that are not one op's kernel (op_bench: the FFN block).
+ * ops, a table of benchmarks that are not one op's kernel (op_bench: the FFN block, a V:N:M
+ * layer's training step).
  *
  * The descriptors live with their ops (ops/<family>/<family>_op.c), which sit above the runtime
  * they launch through; the table names them as data, and this floor calls into them only
@@ -93,7 +94,7 @@ void op_normalize(const sj_problem *p, sj_problem *out);
 const char *op_tunable_names(void);
 
 /* A benchmark that is not one op's kernel (the FFN block: the gate, then the FFN over the TwELL
- * it wrote): `sparsejit bench --op NAME` and Lua's sparsejit.bench run it as they run an op, its
+ * it wrote; a V:N:M layer's training step: forward, dX, dW): `sparsejit bench --op NAME` and Lua's sparsejit.bench run it as they run an op, its
  * parts one after the other through their entry points. It is not an op: no template, no cache
  * key, nothing to tune (the tuner tunes its parts). It takes a problem of one of its parts' ops,
  * from which it derives the others'. The table beside the op table lists them (op_table.c); the
@@ -101,7 +102,7 @@ const char *op_tunable_names(void);
 typedef struct op_bench {
     const char *name;              /* "twell-ffn-block": not an op name */
     sj_op op;                      /* the op whose problem it takes (shape, d_ff, sparsity, ...) */
-    const char *parts;             /* the ops it runs, for messages: "twell-gate + twell-ffn" */
+    const char *parts;             /* the tunable ops it runs, for messages: "twell-gate + twell-ffn" */
     const char *summary;           /* one line of help: what it times, against what */
     const bench_ops *ops;
 } op_bench;

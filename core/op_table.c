@@ -28,10 +28,12 @@ static const op_desc *const table[] = {
 enum { N_OPS = sizeof table / sizeof *table };
 
 /* Defined with their ops' family (ops/<family>/). */
-extern const op_bench bench_twell_ffn_block;
+extern const op_bench bench_twell_ffn_block, bench_vnm_train, bench_vnm_train_exact;
 
 static const op_bench *const benches[] = {
     &bench_twell_ffn_block,
+    &bench_vnm_train,
+    &bench_vnm_train_exact,
 };
 
 enum { N_BENCHES = sizeof benches / sizeof *benches };

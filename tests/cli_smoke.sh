@@ -73,7 +73,7 @@ for c in tune gen; do
     echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
 done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block)" ||
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
 out=$("$cli" bench --op vnm-compress --shape 64x64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "vnm-compress is a conversion" || fail "bench --op vnm-compress must exit 2 (got $rc: $out)"
@@ -85,6 +85,17 @@ for r in 0 101 x; do
   out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 --d-ff 1024 --rounds $r 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "rounds '$r' is .*; expected an integer in 1..100" || fail "bench --rounds $r must exit 2 (got $rc: $out)"
 done
+# vnm-train, vnm-train-exact: a V:N:M layer's training step on the vnm-dw problem (out x in x tokens),
+# listed in bench's help with its shape; tune refuses it naming its parts; a bad argument exits 2
+"$cli" bench --help | grep -qE "^  vnm-train +forward, dX on W\^T double-pruned" || fail "bench --help must say what vnm-train times"
+"$cli" bench --help | grep -qE "^  vnm-train-exact +forward, exact dX" || fail "bench --help must say what vnm-train-exact times"
+"$cli" bench --help | grep -q "vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens" || fail "bench --help: vnm-train's shape"
+out=$("$cli" tune --op vnm-train --shape 512x256x64 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "vnm-train is a benchmark of vnm-spmm + vnm-dw, not an op" || fail "tune --op vnm-train must exit 2 (got $rc: $out)"
+check2 "problem.k = 60 (tokens) must be a multiple of 8" bench --op vnm-train --shape 512x256x60 --vnm 64:2:8
+check2 "problem.vnm_m = 2: M must be in 4..128" bench --op vnm-train-exact --shape 512x256x64 --vnm 64:2:2
+check2 "--vnm '64:2': expected V:N:M" bench --op vnm-train --shape 512x256x64 --vnm 64:2
+check2 "--rounds '0' is out of range" bench --op vnm-train --shape 512x256x64 --rounds 0
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
@@ -165,6 +176,14 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   row=$("$cli" bench --op twell-ffn-block --shape 300x256x256 --d-ff 1024 --rounds 1 --csv 2>&1) || fail "bench twell-ffn-block: $row"
   echo "$row" | grep -q ',twell-ffn-block,' || fail "bench twell-ffn-block must name itself: $row"
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn-block must report its check: $row"
+  for b in vnm-train vnm-train-exact; do
+    row=$("$cli" bench --op $b --shape 264x203x136 --vnm 64:2:8 --rounds 1 --csv 2>/dev/null) || fail "bench $b: $row"
+    echo "$row" | grep -q ",$b,f16,f16,264,203,136,64:2:8," || fail "bench $b must name itself and its problem: $row"
+    echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench $b must report its check: $row"
+    "$cli" bench --op $b --shape 264x203x136 --vnm 64:2:8 --rounds 1 --json |
+      python3 -c 'import json, sys; p = json.load(sys.stdin)["parts_us"]; sys.exit(sorted(p) != ["dw", "dx", "forward"] or min(p.values()) <= 0)' ||
+      fail "bench $b --json must time forward, dx and dw alone"
+  done
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
   echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
   table=$(printf -- '--op gemm --shape 264x136x200 --rounds 1\n' | bash "$ab" "$cli" "$cli" --pairs 1 --csv "$tmp/ab.csv" 2>&1) ||
@@ -178,6 +197,10 @@ else
   echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "compiled with NVRTC" || fail "tune without a GPU: $out"
   out=$("$cli" bench --op twell-ffn-block --shape 256x256x256 --d-ff 512 2>&1) || fail "bench without a GPU must exit 0: $out"
   echo "$out" | grep -q "nothing was timed" || fail "bench without a GPU: $out"
+  for b in vnm-train vnm-train-exact; do
+    out=$("$cli" bench --op $b --shape 11008x4096x8192 --vnm 128:2:8 --dtype bf16 2>&1) || fail "bench $b without a GPU must exit 0: $out"
+    echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "vnm-dw bf16->bf16 11008x4096x8192" || fail "bench $b without a GPU: $out"
+  done
   out=$("$cli" bench --op gemm --shape 64x64x64 --config BM=999 2>&1); rc=$?
   [ $rc -eq 2 ] || fail "bench without a GPU with a bad config must exit 2 (got $rc: $out)"
 fi

@@ -1,7 +1,8 @@
 /* test_bench.c: the one benchmark path without a GPU. The benchmarks beside the op table
  * (core/op.h's op_bench) and every op's harness say what they time and against what; the FLOPs
  * a bench reports are the tuner's for every op (and, for the FFN block, its parts' sum), against
- * formulas written here on random shapes; bench_run and sj_bench refuse what they cannot run
+ * formulas written here on random shapes (the V:N:M training step's: its parts' counts);
+ * bench_run and sj_bench refuse what they cannot run
  * and name it; the sampled rows of a bench's check; the baseline's element-wise kernel
  * (templates/ewise_product.lua) generates and compiles for sm_80 and sm_90a into 16-byte loads
  * and stores with no tensor-core work. */
@@ -68,6 +69,11 @@ static void test_benchmarks_beside_the_op_table(void **state)
         assert_true(n_parts >= 2);
         const bench_ops *o = b->ops;
         assert_true(o && o->setup && o->launch && o->check && o->flops && o->baseline && o->teardown);
+        /* parts timed alone: both hooks or neither, and a name for each */
+        assert_int_equal(o->launch_part != NULL, o->part_names != NULL);
+        int named = 0;
+        while (o->part_names && named < BENCH_MAX_PARTS && o->part_names[named]) named++;
+        if (o->part_names && (named < 2 || o->part_names[named])) fail_msg("benchmark %s: %d part names, not NULL-terminated within %d", b->name, named, BENCH_MAX_PARTS);
         sj_problem p;
         d->example(&p);
         baseline_step steps[BASELINE_MAX];
@@ -80,6 +86,21 @@ static void test_benchmarks_beside_the_op_table(void **state)
     assert_non_null(block);
     assert_int_equal(block->op, SJ_OP_TWELL_FFN);
     assert_string_equal(block->parts, "twell-gate + twell-ffn");
+    assert_null(block->ops->launch_part);
+    /* a V:N:M layer's training step, double-pruned or exact dX: the vnm-dw problem, forward,
+     * dX and dW each timed alone too */
+    const char *steps[] = { "vnm-train", "vnm-train-exact" };
+    for (int i = 0; i < 2; i++) {
+        const op_bench *step = op_bench_find_name(steps[i]);
+        assert_non_null(step);
+        assert_int_equal(step->op, SJ_OP_VNM_DW);
+        assert_string_equal(step->parts, i ? "vnm-spmm + gemm + vnm-dw" : "vnm-spmm + vnm-dw");
+        assert_non_null(step->ops->launch_part);
+        assert_string_equal(step->ops->part_names[0], "forward");
+        assert_string_equal(step->ops->part_names[1], "dx");
+        assert_string_equal(step->ops->part_names[2], "dw");
+        assert_null(step->ops->part_names[3]);
+    }
     assert_null(op_bench_find_name("twell-ffn"));
     assert_null(op_bench_find_name(NULL));
 
@@ -132,6 +153,15 @@ static void test_baselines(void **state)
         expect_step_is(&s[1], BASELINE_GEMM, m, f, d);     /* up */
         expect_step_is(&s[2], BASELINE_RELU_PRODUCT, m, f, 0);
         expect_step_is(&s[3], BASELINE_GEMM, m, d, f);     /* down */
+        /* the dense training step of W (out x in = m x f) over d tokens, either dX */
+        sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_F16, m, f, d);
+        p.vnm_v = 128, p.vnm_n = 2, p.vnm_m = 8;
+        for (int exact = 0; exact < 2; exact++) {
+            assert_int_equal(op_bench_find_name(exact ? "vnm-train-exact" : "vnm-train")->ops->baseline(&p, s), 3);
+            expect_step_is(&s[0], BASELINE_GEMM, m, d, f); /* Y = W . X: out x T over in */
+            expect_step_is(&s[1], BASELINE_GEMM, f, d, m); /* dX = W^T . dY: in x T over out */
+            expect_step_is(&s[2], BASELINE_GEMM, m, f, d); /* dW = dY . X^T: out x in over T */
+        }
     }
 }
 
@@ -203,6 +233,16 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         SJ_ASSERT_OK(bench_flops("twell-ffn-block", &p, &flops));
         expect_near("twell-ffn-block", flops, 2.0 * m * f * d + 4.0 * m * d * f * (1.0 - s));
         expect_near("twell-ffn-block = gate + ffn", flops, 2.0 * m * f * d + ffn);
+
+        /* a V:N:M layer's step (W m x f over d tokens): the forward and dW at the kept non-zeros,
+         * dX too when double-pruned, and as the dense gemm when exact */
+        sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_BF16, m, f, d);
+        p.vnm_v = 128, p.vnm_n = 2, p.vnm_m = (int)(4 << pick(0, 3));
+        double sparse = 2.0 * m * f * d * 2.0 / p.vnm_m;
+        SJ_ASSERT_OK(bench_flops("vnm-train", &p, &flops));
+        expect_near("vnm-train", flops, 3.0 * sparse);
+        SJ_ASSERT_OK(bench_flops("vnm-train-exact", &p, &flops));
+        expect_near("vnm-train-exact", flops, 2.0 * sparse + 2.0 * m * f * d);
     }
     sj_problem p;
     sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, 64, 64, 64);
@@ -228,7 +268,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");
@@ -236,6 +276,16 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     sj_problem bad = ffn;
     bad.d_ff = 0;
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &bad, &o, &r), SJ_ERR_INVALID_ARGUMENT, "problem.d_ff = 0");
+    sj_problem layer; /* a V:N:M layer's training step: W 512 x 256 over 64 tokens */
+    sj_problem_init(&layer, SJ_OP_VNM_DW, SJ_DTYPE_F16, 512, 256, 64);
+    layer.vnm_v = 64, layer.vnm_n = 2, layer.vnm_m = 8;
+    SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "expected a vnm-dw problem");
+    bad = layer;
+    bad.k = 60;
+    SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train-exact", &bad, &o, &r), SJ_ERR_INVALID_ARGUMENT, "must be a multiple of 8");
+    bad = layer;
+    bad.vnm_m = 2;
+    SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train", &bad, &o, &r), SJ_ERR_INVALID_ARGUMENT, "M must be in 4..128");
     o.rounds = 0;
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &ffn, &o, &r), SJ_ERR_INVALID_ARGUMENT, "rounds 0: expected 1..100");
     o.rounds = 101;
@@ -244,6 +294,8 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     if (!info.has_gpu) {
         SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &ffn, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn", &ffn, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
+        SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train", &layer, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
+        SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train-exact", &layer, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         sj_bench_result b;
         SJ_ASSERT_STATUS(sj_bench(ctx, &ffn, NULL, &b), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         measure_result mr;

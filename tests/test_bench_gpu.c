@@ -1,8 +1,9 @@
 /* test_bench_gpu.c: the one benchmark path on the GPU. The baseline's element-wise kernel
  * (templates/ewise_product.lua) against the host, bit for bit, on ragged sizes; a bench's
  * sampled reference holds exactly the full reference's rows, and the gate passes the request
- * path's kernel under both; bench_run of every op and of the FFN block checks its output, counts
- * the FLOPs bench_flops gives and times a baseline of the steps it names. */
+ * path's kernel under both; bench_run of every op, of the FFN block and of a V:N:M layer's
+ * training step checks its output, counts the FLOPs bench_flops gives, times a baseline of the
+ * steps it names and, where a benchmark times its parts alone, each part. */
 #include "test_util.h"
 #include "core/op.h"
 #include "runtime/runtime.h"
@@ -128,6 +129,15 @@ static void expect_row(sj_context *ctx, const char *name, const sj_problem *p, i
     assert_true(r.run.median_us > 0 && r.cublas_us > 0 && isfinite(r.speedup));
     assert_true(r.first_ms > 0);
     assert_true(r.run.config[0] && r.template_name[0]);
+    /* a benchmark that times its parts alone has a time for each */
+    const op_bench *b = op_bench_find_name(name);
+    int parts = 0;
+    while (b && b->ops->part_names && b->ops->part_names[parts]) parts++;
+    assert_int_equal(r.n_parts, parts);
+    for (int i = 0; i < r.n_parts; i++) {
+        fprintf(stderr, "#   %s alone: %.2f us\n", r.part_names[i], r.part_us[i]);
+        assert_true(r.part_us[i] > 0);
+    }
 }
 
 static void test_bench_rows(void **state)
@@ -148,6 +158,15 @@ static void test_bench_rows(void **state)
     expect_row(ctx, "twell-ffn-block", &p, 4);
     p.twell_skew = 1;
     expect_row(ctx, "twell-ffn-block", &p, 4);
+    /* a V:N:M layer's training step, W 264 x 203 (ragged) over 136 tokens, either dX; bf16 with
+     * fp32 outputs at 2:4 */
+    sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_F16, 264, 203, 136);
+    p.vnm_v = 64, p.vnm_n = 2, p.vnm_m = 8;
+    expect_row(ctx, "vnm-train", &p, 3);
+    expect_row(ctx, "vnm-train-exact", &p, 3);
+    p.dtype = SJ_DTYPE_BF16, p.out_dtype = SJ_DTYPE_F32, p.vnm_v = 128, p.vnm_m = 4;
+    expect_row(ctx, "vnm-train", &p, 3);
+    expect_row(ctx, "vnm-train-exact", &p, 3);
     /* sj_bench is the same path without the baseline */
     sj_bench_result b;
     SJ_ASSERT_OK(sj_bench(ctx, &p, NULL, &b));

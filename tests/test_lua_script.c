@@ -125,6 +125,10 @@ static void test_gpu_call_without_gpu_raises(void **state)
         "print('rounds', ok, err)\n"
         "ok, err = pcall(sparsejit.tune, { op = 'twell-ffn-block', shape = { 64, 256, 256 }, d_ff = 1024 })\n"
         "print('tune block', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'vnm-train', shape = { 512, 256, 64 }, vnm = '128:2:8' })\n"
+        "print('step', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'vnm-train-exact', shape = { 512, 256, 60 } })\n"
+        "print('step tokens', ok, err)\n"
         "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
         "print('not reached')\n",
         NULL);
@@ -137,7 +141,9 @@ static void test_gpu_call_without_gpu_raises(void **state)
     assert_contains(r.out, "tune block\tfalse\tsparsejit.tune: op 'twell-ffn-block' is a benchmark of twell-gate + "
                            "twell-ffn, not an op: sparsejit.bench runs it; sparsejit.tune takes its parts, one of gemm, "
                            "vnm-spmm, twell-gate, twell-ffn");
-    assert_contains(r.err, "gpu.lua:13: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.out, "step\tfalse\tsparsejit.bench: benchmarking needs a GPU");
+    assert_contains(r.out, "step tokens\tfalse\tsparsejit.bench: problem.k = 60 (tokens) must be a multiple of 8");
+    assert_contains(r.err, "gpu.lua:17: sparsejit.tune: tuning needs a GPU");
     assert_contains(r.err, "stack traceback");
     assert_null(strstr(r.out, "not reached"));
     done(&r);

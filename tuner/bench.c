@@ -61,6 +61,18 @@ static sj_status target_launch(void *user)
     return t->ops ? t->ops->launch(t->ctx, t->c) : t->h.ops->launch(&t->h, t->k, NULL);
 }
 
+/* One part of a benchmark, timed alone. */
+typedef struct part_target {
+    target *t;
+    int part;
+} part_target;
+
+static sj_status part_launch(void *user)
+{
+    part_target *pt = user;
+    return pt->t->ops->launch_part(pt->t->ctx, pt->t->c, pt->part);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -90,13 +102,14 @@ static sj_status first_launch(target *t, const sj_problem *p, bench_result *out)
     return SJ_OK;
 }
 
-/* The rounds: the benchmark, then its baseline (until it fails), each timed with the same budgets. */
+/* The rounds: the benchmark, its parts alone (if it times them), then its baseline (until it
+ * fails), each timed with the same budgets. */
 static sj_status timed_rounds(target *t, const sj_problem *p, const bench_options *o, bench_result *out)
 {
     measure_session ms;
     sj_status st = measure_begin(t->ctx, &ms);
     if (st != SJ_OK) return st;
-    double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS];
+    double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS], parts[BENCH_MAX_PARTS][MAX_ROUNDS];
     int n_cb = 0;
     /* the baseline's buffers, written once, timed every round; one that cannot open leaves the
      * benchmark's own timing standing, and the row says why it has no baseline */
@@ -110,6 +123,11 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
         p20[r] = mr.p20_us;
         p80[r] = mr.p80_us;
         out->run.reps = mr.reps;
+        for (int i = 0; i < out->n_parts && st == SJ_OK; i++) {
+            part_target pt = { t, i };
+            if ((st = measure_run(&ms, &o->measure, part_launch, &pt, &mr)) == SJ_OK) parts[i][r] = mr.median_us;
+        }
+        if (st != SJ_OK) break;
         if (!bl || out->cublas_error[0]) continue;
         measure_result cr;
         if (cublas_baseline_run(bl, &o->measure, &cr) == SJ_OK)
@@ -124,6 +142,7 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
     out->run.p20_us = median_of(p20, o->rounds);
     out->run.p80_us = median_of(p80, o->rounds);
     out->run.tflops = out->flops / (out->run.median_us * 1e-6) / 1e12;
+    for (int i = 0; i < out->n_parts; i++) out->part_us[i] = median_of(parts[i], o->rounds);
     if (n_cb == o->rounds) {
         out->cublas_us = median_of(cb, n_cb);
         out->cublas_tflops = out->dense_flops / (out->cublas_us * 1e-6) / 1e12;
@@ -156,6 +175,8 @@ sj_status bench_run(sj_context *ctx, const char *name, const sj_problem *p, cons
         if (out->baseline[i].kind == BASELINE_GEMM)
             out->dense_flops += 2.0 * out->baseline[i].m * out->baseline[i].n * out->baseline[i].k;
 
+    for (int i = 0; b && b->ops->launch_part && b->ops->part_names && i < BENCH_MAX_PARTS && b->ops->part_names[i]; i++)
+        out->part_names[out->n_parts++] = b->ops->part_names[i];
     target t = { .ctx = ctx, .ops = b ? b->ops : NULL };
     st = b ? b->ops->setup(ctx, p, o->seed, &t.c) : harness_open(ctx, p, o->seed, HARNESS_REFERENCE_SAMPLED, &t.h);
     if (st != SJ_OK) return st;

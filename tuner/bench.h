@@ -15,6 +15,9 @@
 
 typedef struct bench_case bench_case;
 
+/* The most parts a benchmark times alone (bench_ops.launch_part). */
+#define BENCH_MAX_PARTS 4
+
 /* A benchmark of several kernels (an op_bench's ops), in ops/<family>/. */
 typedef struct bench_ops {
     /* Allocates and fills the inputs (seeded random, never zeros) for p, a problem of the
@@ -30,6 +33,13 @@ typedef struct bench_ops {
     /* The dense work the parts replace, in order. */
     int (*baseline)(const sj_problem *p, baseline_step steps[BASELINE_MAX]);
     void (*teardown)(sj_context *ctx, bench_case *c);
+    /* Optional: each part also timed alone, in every round after the whole (bench_result's
+     * part_us): the parts' names in launch order, NULL-terminated (at most BENCH_MAX_PARTS), and
+     * a launch of part i only (asynchronous, the inputs setup wrote). Each alone run starts from
+     * a flushed L2 as the whole does, so their sum may exceed the whole's time. NULL: the parts
+     * are timed together only. */
+    const char *const *part_names;
+    sj_status (*launch_part)(sj_context *ctx, bench_case *c, int part);
 } bench_ops;
 
 typedef struct bench_options {
@@ -56,6 +66,11 @@ typedef struct bench_result {
      * baseline was not asked for or failed (cublas_error says why) */
     double cublas_us, cublas_tflops, speedup;
     char cublas_error[256];
+    /* a benchmark with launch_part: the median time of each part alone over the rounds, named
+     * as its bench_ops names them; n_parts is 0 otherwise */
+    int n_parts;
+    const char *part_names[BENCH_MAX_PARTS];
+    double part_us[BENCH_MAX_PARTS];
 } bench_result;
 
 /* The benchmark named name: an op with a harness (*op set) or a benchmark of the table (*bench
