@@ -230,6 +230,41 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     return SJ_OK;
 }
 
+static CUresult launch_once(const loaded_kernel *k, void **args, void *stream)
+{
+    return cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
+                             k->shared_bytes, (CUstream)stream, args, NULL);
+}
+
+/* The errors a launch refuses for the kernel itself (its geometry or resources on this GPU and
+ * driver), not for the device's state: another config of the same op may launch. */
+static int refused_for_the_kernel(CUresult r)
+{
+    return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+}
+
+/* A tuned winner serving the request path that the driver refuses to launch (tuned on another
+ * GPU, a MIG slice, a newer driver): the template's default serves the problem from now on,
+ * said once, as for a winner that fails to load (rt_kernel_for). */
+static sj_status fall_back_to_default(sj_context *ctx, const loaded_kernel *k, CUresult why, const loaded_kernel **out)
+{
+    char desc[256];
+    sj_problem_describe(&k->problem, desc, sizeof desc);
+    const char *name = NULL;
+    cu.cuGetErrorName(why, &name);
+    rt_log(ctx, "the tuned config %s for %s failed to launch (%s); using the template's default config", k->config,
+           desc, name ? name : "?");
+    const loaded_kernel *chosen;
+    sj_status st = rt_kernel_with_config(ctx, &k->problem, NULL, "", &chosen);
+    if (st != SJ_OK) return error_prefix(st, "the default config after the tuned %s failed to launch", k->config);
+    loaded_kernel *def = (loaded_kernel *)chosen;
+    def->origin = SJ_CONFIG_DEFAULT;
+    if ((st = kernel_table_put(&ctx->table, &k->problem, "", def)) != SJ_OK) return st;
+    note_last(ctx, def, def->source, SJ_CONFIG_DEFAULT);
+    *out = def;
+    return SJ_OK;
+}
+
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
 {
     if (n_args != k->n_params)
@@ -241,8 +276,14 @@ sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t
         CUresult r = cu.cuCtxSetCurrent(ctx->cu_ctx);
         if (r != CUDA_SUCCESS) return cuda_error(r, "cuCtxSetCurrent");
     }
-    CUresult r = cu.cuLaunchKernel(k->function, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
-                                      k->block[2], k->shared_bytes, (CUstream)stream, args, NULL);
+    CUresult r = launch_once(k, args, stream);
+    if (r != CUDA_SUCCESS && refused_for_the_kernel(r) && k->origin == SJ_CONFIG_TUNED &&
+        kernel_table_get(&ctx->table, &k->problem, "") == k) {
+        const loaded_kernel *def;
+        sj_status st = fall_back_to_default(ctx, k, r, &def);
+        if (st != SJ_OK) return st;
+        r = launch_once(def, args, stream);
+    }
     if (r != CUDA_SUCCESS) return cuda_error(r, "cuLaunchKernel");
     ctx->stats.launches++;
     return SJ_OK;

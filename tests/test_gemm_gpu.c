@@ -176,14 +176,16 @@ static void record_log(void *user, const char *message)
     snprintf(r->text, sizeof r->text, "%s", message);
 }
 
-/* A cached winner whose cubin does not load (here garbage bytes with a matching sha256, as a
- * crafted import could carry) gives way to the default config, said once, and the op is right. */
-static void test_corrupt_winner_falls_back(void **state)
+/* A cached winner for a 256^3 gemm, other than the default, that the GPU cannot use: a cubin of
+ * garbage with a matching sha256, as a crafted import could carry (it fails to load), or the real cubin with twice the threads per block its
+ * __launch_bounds__ allows (it loads and fails to launch). The op must still run, with the
+ * template's default, and the log say once what failed. */
+static void spoiled_winner_falls_back(int unlaunchable)
 {
     sj_context *gpu;
     TU_REQUIRE_GPU(gpu);
     char path[512];
-    snprintf(path, sizeof path, "%s/kernels.db", tu_tempdir());
+    snprintf(path, sizeof path, "%s/kernels%d.db", tu_tempdir(), unlaunchable);
     log_record rec = { 0 };
     sj_context_options o;
     sj_context_options_init(&o);
@@ -214,24 +216,49 @@ static void test_corrupt_winner_falls_back(void **state)
     static unsigned char garbage[4096];
     memset(garbage, 0x5A, sizeof garbage);
     cache_kernel k = { .cubin = garbage, .cubin_size = sizeof garbage, .shared_bytes = gen->shared_bytes };
+    void *cubin = NULL;
+    if (unlaunchable) {
+        char *log = NULL;
+        SJ_ASSERT_OK(sj_compile(ctx, gen, &cubin, &k.cubin_size, &log));
+        free(log);
+        k.cubin = cubin;
+    }
     snprintf(k.config, sizeof k.config, "%s", config);
     snprintf(k.entry, sizeof k.entry, "%s", gen->entry);
     memcpy(k.grid, gen->grid, sizeof k.grid);
     memcpy(k.block, gen->block, sizeof k.block);
+    if (unlaunchable) {
+        assert_true(k.block[0] * k.block[1] * k.block[2] <= 512);
+        k.block[0] *= 2;
+    }
     sj_generated_free(gen);
     cache_winner w = { .median_us = 1.0, .tflops = 1.0, .tuned_at = 1700000000 };
     snprintf(w.config, sizeof w.config, "%s", config);
     snprintf(w.strategy, sizeof w.strategy, "exhaustive");
     SJ_ASSERT_OK(cache_put_tuning(ctx->cache, &key, NULL, 0, &w, &k, 0));
+    free(cubin);
     for (int i = 0; i < 2; i++) assert_true(run_gemm(ctx, &p) < tolerance(p.dtype, p.out_dtype));
     assert_int_equal(rec.count, 1);
-    if (!strstr(rec.text, config) || !strstr(rec.text, "failed to load"))
-        fail_msg("the log '%s' does not name %s as failing to load", rec.text, config);
+    const char *said = unlaunchable ? "failed to launch" : "failed to load";
+    if (!strstr(rec.text, config) || !strstr(rec.text, said))
+        fail_msg("the log '%s' does not name %s as having %s", rec.text, config, said);
     sj_kernel_info info;
     SJ_ASSERT_OK(sj_last_kernel_info(ctx, &info));
     assert_int_equal(info.origin, SJ_CONFIG_DEFAULT);
     assert_string_equal(info.config, def);
     SJ_ASSERT_OK(sj_context_destroy(ctx));
+}
+
+static void test_corrupt_winner_falls_back(void **state)
+{
+    (void)state;
+    spoiled_winner_falls_back(0);
+}
+
+static void test_unlaunchable_winner_falls_back(void **state)
+{
+    (void)state;
+    spoiled_winner_falls_back(1);
 }
 
 int main(int argc, char **argv)
@@ -246,6 +273,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_configs_match_fp64),
         cmocka_unit_test(test_second_process_loads_from_cache),
         cmocka_unit_test(test_corrupt_winner_falls_back),
+        cmocka_unit_test(test_unlaunchable_winner_falls_back),
     };
     return TU_RUN_TESTS(tests, NULL, NULL);
 }
