@@ -29,7 +29,7 @@ static void help(void)
            "  --rep-ms X         timing budget per candidate (default 100)\n"
            "  --top N            rows of the final table (default 10)\n"
            "  --cache PATH       the cache database (default $SPARSEJIT_CACHE or ~/.cache/sparsejit/kernels.db)\n"
-           "  --no-save          measure only; leave the cache as it is\n"
+           "  --no-save          measure only; leave the cache as it is\n" CLI_DEVICE_HELP
            "  --json             print the result as one JSON object (all trials included)\n",
            cli_problem_help(CLI_OPS_TUNABLE));
 }
@@ -172,7 +172,7 @@ int cmd_tune(int argc, char **argv)
     sj_tune_options o;
     sj_tune_options_init(&o);
     const char *cache = NULL;
-    int json = 0;
+    int json = 0, device = -1;
     long long top = 10, v;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
@@ -219,6 +219,9 @@ int cmd_tune(int argc, char **argv)
         } else if (!strcmp(a, "--top")) {
             if (!cli_parse_int("tune", a, val, 1, 100000, &top)) return 2;
             i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!cli_parse_device("tune", val, &device)) return 2;
+            i++;
         } else if (!strcmp(a, "--cache")) {
             cache = val;
             i++;
@@ -234,11 +237,11 @@ int cmd_tune(int argc, char **argv)
     co.require_gpu = 1;
     co.cache_path = cache;
     sj_context *ctx;
-    sj_status cs = sj_context_create(&co, &ctx);
-    if (cs == SJ_ERR_NO_GPU) return cli_no_gpu("tune", &p, NULL, sj_last_error());
+    sj_status cs = cli_context_create(&co, device, &ctx);
+    if (cs == SJ_ERR_NO_GPU && device < 0) return cli_no_gpu("tune", &p, NULL, sj_last_error());
     if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit tune: %s\n", sj_last_error());
-        return 1;
+        return cli_exit_code(cs);
     }
     progress_state ps = { isatty(2) };
     o.progress = on_progress;

@@ -7,6 +7,7 @@
 #include "tuner/bench.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
+#include "cli/lua_sparsejit.h"
 #include "ops/twell/twell.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
@@ -25,6 +26,7 @@ typedef struct lua_ctx {
     char cache[1024];
     int cache_set;
     char template_dir[1024];
+    int device;              /* -1: not chosen (cli_context_create) */
 } lua_ctx;
 
 static lua_ctx *state_of(lua_State *L)
@@ -57,7 +59,7 @@ static sj_context *context(lua_State *L, const char *fn)
         cli_context_options_init(&o);
         if (c->cache_set) o.cache_path = c->cache;
         if (c->template_dir[0]) o.template_dir = c->template_dir;
-        if (sj_context_create(&o, &c->ctx) != SJ_OK) raise(L, fn);
+        if (cli_context_create(&o, c->device, &c->ctx) != SJ_OK) raise(L, fn);
     }
     return c->ctx;
 }
@@ -208,6 +210,10 @@ static int l_configure(lua_State *L)
         c->cache_set = 1;
     }
     if (tdir) snprintf(c->template_dir, sizeof c->template_dir, "%s", tdir);
+    lua_getfield(L, 1, "device");
+    int given = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (given) c->device = (int)opt_integer(L, 1, "device", 0, 0, CLI_MAX_DEVICE);
     return 0;
 }
 
@@ -597,6 +603,7 @@ int luaopen_sparsejit(lua_State *L)
 {
     lua_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
     memset(c, 0, sizeof *c);
+    c->device = -1;
     lua_newtable(L);
     lua_pushcfunction(L, ctx_gc);
     lua_setfield(L, -2, "__gc");
@@ -610,3 +617,5 @@ int luaopen_sparsejit(lua_State *L)
     set_string(L, "version", sj_version_string());
     return 1;
 }
+
+void lua_sparsejit_set_device(lua_State *L, int device) { state_of(L)->device = device; }
