@@ -60,6 +60,10 @@ done
 out=$(printf 'sparsejit.configure{device = -1}\n' | "$cli" run /dev/stdin 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -qF "field 'device' = -1 is out of range; expected an integer in 0..1023" ||
   fail "configure{device = -1} (got $rc: $out)"
+# docs/lua.md is what the Lua module says of itself (tools/lua_reference.lua)
+src="$(dirname "$0")/.."
+"$cli" run "$src/tools/lua_reference.lua" | diff -u "$src/docs/lua.md" - >&2 ||
+  fail "docs/lua.md differs from the Lua module's reference: build/sparsejit run tools/lua_reference.lua > docs/lua.md"
 out=$("$cli" gen --op gemm --shape 64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "expected MxNxK" || fail "bad --shape (got $rc: $out)"
 out=$("$cli" gen --op nope --shape 1x1x1 2>&1); rc=$?
