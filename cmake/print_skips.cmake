@@ -4,7 +4,11 @@
 # ctest shows a skipped test (exit 77) only as "***Skipped"; this is where the reason shows.
 #   cmake -DLOG=<build>/Testing/Temporary/LastTest.log -P print_skips.cmake
 cmake_minimum_required(VERSION 3.20)
-if(NOT EXISTS "${LOG}")
+# While ctest runs (and its post-test commands with it) this run's log is LOG.tmp; LOG is still
+# the previous run's until ctest renames the one over the other as it exits.
+if(EXISTS "${LOG}.tmp")
+  set(LOG "${LOG}.tmp")
+elseif(NOT EXISTS "${LOG}")
   return()
 endif()
 # One list element a line: ";" and brackets, which a CMake list would split on or nest by, are
