@@ -26,7 +26,7 @@ static void help(void)
            "                     problem's op (twell-ffn-block: the FFN's; vnm-train*: dW's)\n"
            "  --rounds N         interleaved rounds of op and baseline timing, 1..100 (default 5)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
-           "  --no-cublas        skip the baseline\n"
+           "  --no-cublas        skip the baseline\n" CLI_DEVICE_HELP
            "  --csv | --json     machine-readable output (--csv-header prints the header first)\n\n"
            "The dense baseline, run back to back: GEMMs on cuBLAS (input dtype, fp32 accumulation),\n"
            "element-wise products on a vectorized kernel (cuBLAS has none). Per op:\n",
@@ -131,6 +131,7 @@ int cmd_bench(int argc, char **argv)
     const char *config = NULL;
     int csv = 0, json = 0, csv_header = 0;
     long long v;
+    int device = -1;
     bench_options bo;
     bench_options_init(&bo);
     bo.rounds = 5;
@@ -150,6 +151,8 @@ int cmd_bench(int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(argv[i], "--seed")) {
             if (!cli_parse_int("bench", "--seed", argv[++i], 0, INT64_MAX, &v)) return 2;
             bo.seed = (uint64_t)v;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            if (!cli_parse_device("bench", argv[++i], &device)) return 2;
         } else if (!strcmp(argv[i], "--no-cublas")) bo.cublas = 0;
         else if (!strcmp(argv[i], "--csv")) csv = 1;
         else if (!strcmp(argv[i], "--csv-header")) csv = csv_header = 1;
@@ -166,11 +169,11 @@ int cmd_bench(int argc, char **argv)
     cli_context_options_init(&o);
     o.require_gpu = 1;
     sj_context *ctx;
-    sj_status cs = sj_context_create(&o, &ctx);
-    if (cs == SJ_ERR_NO_GPU) return cli_no_gpu("bench", &p, config, sj_last_error());
+    sj_status cs = cli_context_create(&o, device, &ctx);
+    if (cs == SJ_ERR_NO_GPU && device < 0) return cli_no_gpu("bench", &p, config, sj_last_error());
     if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit bench: %s\n", sj_last_error());
-        return 1;
+        return cli_exit_code(cs);
     }
     int rc = 1;
     bench_result r;

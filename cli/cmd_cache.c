@@ -21,7 +21,7 @@
 enum { OPT_JSON = 1, OPT_FILTERS = 2, OPT_EXPORT = 4, OPT_DEVICE = 8, OPT_YES = 16 };
 
 typedef struct cache_opts {
-    const char *db, *op, *shape, *gpu, *arch, *dtype, *sparsity, *driver, *nvrtc;
+    const char *db, *op, *shape, *gpu, *arch, *dtype, *sparsity, *driver, *nvrtc, *device;
     int json, yes;
     int64_t m, n, k;          /* from --shape */
     const char *args[3];      /* positional: command, file */
@@ -46,9 +46,9 @@ static void usage(FILE *f)
         "  export FILE [--gpu NAME] [--arch ARCH]\n"
         "                           copy the matching entries into a new database FILE\n"
         "                           (never overwrites an existing file)\n"
-        "  import FILE [--arch ARCH --driver N --nvrtc N]\n"
+        "  import FILE [--arch ARCH --driver N --nvrtc N] [--device N]\n"
         "                           merge FILE, taking only entries for this device's arch,\n"
-        "                           driver and NVRTC version (read from the GPU; without a GPU\n"
+        "                           driver and NVRTC version (read from GPU N, default 0; without a GPU\n"
         "                           all three flags are needed, e.g. --arch sm_90a --driver 13000\n"
         "                           --nvrtc 13000); a faster winner already here is kept\n"
         "  clear --yes              delete every entry\n"
@@ -89,6 +89,7 @@ static int parse_args(int argc, char **argv, cache_opts *o, int *help)
         { "--sparsity", offsetof(cache_opts, sparsity), OPT_FILTERS },
         { "--driver", offsetof(cache_opts, driver), OPT_DEVICE },
         { "--nvrtc", offsetof(cache_opts, nvrtc), OPT_DEVICE },
+        { "--device", offsetof(cache_opts, device), OPT_DEVICE },
     };
     memset(o, 0, sizeof *o);
     *help = 0;
@@ -411,6 +412,10 @@ static int cmd_import(cache_db *db, const cache_opts *o)
     if (o->arch) snprintf(arch, sizeof arch, "%s", o->arch);
     if (o->driver && !parse_version("--driver", o->driver, &driver)) return 2;
     if (o->nvrtc && !parse_version("--nvrtc", o->nvrtc, &nvrtc)) return 2;
+    int device = -1;
+    if (o->device && !cli_parse_device("cache", o->device, &device)) return 2;
+    if (o->device && o->arch && o->driver && o->nvrtc)
+        return bad_usage("%s: --arch, --driver and --nvrtc already say which device; give --device or them", "--device");
     if (!o->arch || !o->driver || !o->nvrtc) {
         /* entries are only good for the device they were tuned on: ask the GPU what it is */
         sj_context_options co;
@@ -419,10 +424,14 @@ static int cmd_import(cache_db *db, const cache_opts *o)
         co.require_gpu = 1;
         sj_context *ctx = NULL;
         sj_device_info info;
-        sj_status st = sj_context_create(&co, &ctx);
+        sj_status st = cli_context_create(&co, device, &ctx);
         if (st == SJ_OK) {
             st = sj_get_device_info(ctx, &info);
             sj_context_destroy(ctx);
+        }
+        if (st != SJ_OK && st != SJ_ERR_NO_GPU) {
+            fprintf(stderr, "sparsejit cache: import: %s\n", sj_last_error());
+            return cli_exit_code(st);
         }
         if (st != SJ_OK) {
             fprintf(stderr, "sparsejit cache: import keeps only entries for this device, but there is no "

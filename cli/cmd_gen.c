@@ -14,6 +14,7 @@ int cmd_gen(int argc, char **argv)
     sj_problem p;
     cli_problem_begin(&p, CLI_OPS_ALL);
     const char *config = NULL, *cubin_path = NULL, *arch = NULL;
+    int device = -1;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
         if (r < 0) return 2;
@@ -23,13 +24,17 @@ int cmd_gen(int argc, char **argv)
                    "with its launch geometry as a leading comment.\n\n%s"
                    "  --config C         tuning config, e.g. BM=128,BN=128 (default: the template's)\n"
                    "  --arch sm_XX       compile for this arch (default: the GPU's, else sm_90a)\n"
-                   "  --cubin FILE       also compile with NVRTC and write the cubin to FILE\n",
+                   "  --cubin FILE       also compile with NVRTC and write the cubin to FILE\n" CLI_DEVICE_HELP
+                   "                     (gen compiles for its arch)\n",
                    cli_problem_help(CLI_OPS_ALL));
             return 0;
         }
         if (i + 1 < argc && !strcmp(argv[i], "--config")) config = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--cubin")) cubin_path = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--arch")) arch = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            if (!cli_parse_device("gen", argv[++i], &device)) return 2;
+        }
         else {
             fprintf(stderr, "sparsejit gen: unknown option '%s' (try --help)\n", argv[i]);
             return 2;
@@ -41,9 +46,10 @@ int cmd_gen(int argc, char **argv)
     o.arch = arch;
     o.cache_path = "";
     sj_context *ctx;
-    if (sj_context_create(&o, &ctx) != SJ_OK) {
+    sj_status cs = cli_context_create(&o, device, &ctx);
+    if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit gen: %s\n", sj_last_error());
-        return 1;
+        return cli_exit_code(cs);
     }
     sj_generated *g;
     int rc = 0;

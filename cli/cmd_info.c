@@ -10,15 +10,20 @@
 
 int cmd_info(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, device = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: sparsejit info [--json]\n\nPrints the GPU sparsejit would use (name, arch kernels are compiled for,\n"
+            printf("usage: sparsejit info [--json] [--device N]\n\nPrints the GPU sparsejit would use (name, arch kernels are compiled for,\n"
                    "SM count, memory, L2, driver), the NVRTC version and the cache path.\n"
-                   "Without a GPU it says why, and exits 0: kernels can still be generated and compiled.\n");
+                   "Without a GPU it says why, and exits 0: kernels can still be generated and compiled\n"
+                   "(with --device, which names a GPU, it exits 1).\n\n"
+                   "  --json             one JSON object\n" CLI_DEVICE_HELP);
             return 0;
         }
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            if (!cli_parse_device("info", argv[++i], &device)) return 2;
+        }
         else {
             fprintf(stderr, "sparsejit info: unknown option '%s' (try --help)\n", argv[i]);
             return 2;
@@ -27,9 +32,10 @@ int cmd_info(int argc, char **argv)
     sj_context_options o;
     cli_context_options_init(&o);
     sj_context *ctx;
-    if (sj_context_create(&o, &ctx) != SJ_OK) {
+    sj_status st = cli_context_create(&o, device, &ctx);
+    if (st != SJ_OK) {
         fprintf(stderr, "sparsejit info: %s\n", sj_last_error());
-        return 1;
+        return cli_exit_code(st);
     }
     sj_device_info d;
     sj_get_device_info(ctx, &d);

@@ -1,4 +1,4 @@
-/* cmd_run.c: `sparsejit run [--timeout S] script.lua [args]`: runs a user's Lua script (sweeps)
+/* cmd_run.c: `sparsejit run [--timeout S] [--device N] script.lua [args]`: runs a user's Lua script (sweeps)
  * in a normal Lua state with the standard libraries and the `sparsejit` module
  * (cli/lua_sparsejit.c), both as `require "sparsejit"` and as the global `sparsejit`. The script
  * is the user's own program, so it gets io, os and the rest by design (templates are what the
@@ -7,6 +7,8 @@
  * arguments are in `arg` and `...`. Errors, syntax errors included, are reported with the
  * script's file:line. */
 #include "cli/commands.h"
+#include "cli/cli_context.h"
+#include "cli/lua_sparsejit.h"
 
 #include <errno.h>
 #include <lauxlib.h>
@@ -17,9 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* cli/lua_sparsejit.c */
-int luaopen_sparsejit(lua_State *L);
 
 #define RUN_MAX_TIMEOUT_S 604800.0 /* a week */
 
@@ -70,6 +69,7 @@ static void wrap_loader(lua_State *L, const char *name, int mode_arg)
  * (a tune, a bench) finishes first. */
 static double deadline;
 static double timeout_s;
+static int device; /* --device N, -1 when not given */
 
 static double now_s(void)
 {
@@ -99,6 +99,7 @@ static int run_script(lua_State *L)
     lua_setglobal(L, "dofile");
     luaL_requiref(L, "sparsejit", luaopen_sparsejit, 1);
     lua_pop(L, 1);
+    lua_sparsejit_set_device(L, device);
     lua_createtable(L, argc - 1, 1);
     for (int i = 0; i < argc; i++) {
         lua_pushstring(L, argv[i]);
@@ -117,21 +118,16 @@ static int run_script(lua_State *L)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sparsejit run [--timeout SECONDS] SCRIPT.lua [ARGS...]\n\n"
+    fprintf(f, "usage: sparsejit run [--timeout SECONDS] [--device N] SCRIPT.lua [ARGS...]\n\n"
                "Runs a Lua 5.4 script with the full standard library (io, os, ...: a script is your own\n"
-               "program, unlike a template, which runs sandboxed) and the sparsejit module:\n"
-               "  sparsejit.info()                    device, arch, driver, NVRTC, cache path\n"
-               "  sparsejit.tune{op=, dtype=, shape={m,n,k}, vnm=\"64:2:8\", strategy=, budget_trials=, ...}\n"
-               "  sparsejit.bench{op=, dtype=, shape={m,n,k}, rounds=, seed=, cublas=, ...}\n"
-               "                                      {median_us=, tflops=, rel_error=, cublas_us=, speedup=};\n"
-               "                                      op: as `sparsejit bench --op` (twell-ffn-block too)\n"
-               "  sparsejit.vnm_layout{vnm=, rows=, cols=, dtype=}  compressed sizes of a V:N:M matrix\n"
-               "  sparsejit.write_csv(path, rows [, columns])       rows: a list of tables\n"
-               "  sparsejit.configure{cache=, template_dir=}       before the first call\n"
-               "  sparsejit.stats()                   counters: compiles, cache hits, launches\n"
+               "program, unlike a template, which runs sandboxed) and the sparsejit module: configure, info,\n"
+               "stats, tune, bench, vnm_layout, write_csv and reference; docs/lua.md (or sparsejit.reference())\n"
+               "describes each, its fields, defaults and errors. Option tables refuse fields they do not take.\n"
                "load, loadfile and dofile accept source text only, never binary chunks.\n"
-               "--timeout SECONDS   stop the script with an error once it has run this long (0 < S <= %g);\n"
-               "                    checked between Lua instructions: a tune or bench in progress finishes first\n"
+               "  --timeout S        stop the script with an error once it has run S seconds (0 < S <= %g);\n"
+               "                     checked between Lua instructions: a tune or bench in progress finishes first\n"
+               CLI_DEVICE_HELP
+               "                     (the module's context; sparsejit.configure{device=} overrides it)\n"
                "ARGS are in the table `arg` (arg[0] is the script) and in `...`.\n"
                "Examples: examples/vnm_sparsity_sweep.lua, examples/ffn_shape_sweep.lua\n",
             RUN_MAX_TIMEOUT_S);
@@ -145,17 +141,31 @@ int cmd_run(int argc, char **argv)
     }
     int first = 1;
     timeout_s = 0;
-    if (argc >= 2 && !strcmp(argv[1], "--timeout")) {
-        char *end = NULL;
-        errno = 0;
-        double v = argc >= 3 ? strtod(argv[2], &end) : NAN;
-        if (argc < 3 || end == argv[2] || *end || errno || !(v > 0 && v <= RUN_MAX_TIMEOUT_S)) {
-            fprintf(stderr, "sparsejit run: --timeout takes seconds, a number > 0 and <= %g; got '%s'\n", RUN_MAX_TIMEOUT_S,
-                    argc >= 3 ? argv[2] : "");
+    device = -1;
+    /* the options come before the script; what follows it is the script's */
+    while (first < argc && argv[first][0] == '-' && argv[first][1] == '-') {
+        const char *a = argv[first], *val = first + 1 < argc ? argv[first + 1] : NULL;
+        if (!strcmp(a, "--timeout")) {
+            char *end = NULL;
+            errno = 0;
+            double v = val ? strtod(val, &end) : NAN;
+            if (!val || end == val || *end || errno || !(v > 0 && v <= RUN_MAX_TIMEOUT_S)) {
+                fprintf(stderr, "sparsejit run: --timeout takes seconds, a number > 0 and <= %g; got '%s'\n",
+                        RUN_MAX_TIMEOUT_S, val ? val : "");
+                return 2;
+            }
+            timeout_s = v;
+        } else if (!strcmp(a, "--device")) {
+            if (!val) {
+                fprintf(stderr, "sparsejit run: --device needs a GPU's number, 0..%d\n", CLI_MAX_DEVICE);
+                return 2;
+            }
+            if (!cli_parse_device("run", val, &device)) return 2;
+        } else {
+            fprintf(stderr, "sparsejit run: unknown option '%s' (try --help)\n", a);
             return 2;
         }
-        timeout_s = v;
-        first = 3;
+        first += 2;
     }
     if (argc <= first) {
         usage(stderr);

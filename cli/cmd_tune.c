@@ -1,10 +1,11 @@
 /* cmd_tune.c: `sparsejit tune`: tunes one problem (sj_tune) with a progress bar on stderr
- * (candidates done, best so far, time left; plain lines when stderr is not a terminal), then a
+ * (cli_progress.h: plain lines when stderr is not a terminal), then a
  * table of the fastest trials and the winner, or one JSON object with --json. */
 #include "cli/json_out.h"
 #include "cli/cli_no_gpu.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
+#include "cli/cli_progress.h"
 #include "cli/commands.h"
 #include "sparsejit.h"
 
@@ -29,45 +30,9 @@ static void help(void)
            "  --rep-ms X         timing budget per candidate (default 100)\n"
            "  --top N            rows of the final table (default 10)\n"
            "  --cache PATH       the cache database (default $SPARSEJIT_CACHE or ~/.cache/sparsejit/kernels.db)\n"
-           "  --no-save          measure only; leave the cache as it is\n"
+           "  --no-save          measure only; leave the cache as it is\n" CLI_DEVICE_HELP
            "  --json             print the result as one JSON object (all trials included)\n",
            cli_problem_help(CLI_OPS_TUNABLE));
-}
-
-typedef struct progress_state {
-    int tty;                 /* redraw one line; else one plain line per candidate */
-} progress_state;
-
-static void format_eta(double s, char *buf, size_t len)
-{
-    if (s < 0) snprintf(buf, len, "?");
-    else if (s < 3600) snprintf(buf, len, "%d:%02d", (int)s / 60, (int)s % 60);
-    else snprintf(buf, len, "%dh%02d", (int)s / 3600, (int)s % 3600 / 60);
-}
-
-static int on_progress(void *user, const sj_tune_progress *p)
-{
-    progress_state *ps = user;
-    char eta[32];
-    format_eta(p->eta_s, eta, sizeof eta);
-    if (ps->tty) {
-        const int width = 24;
-        int filled = p->total > 0 ? (int)((double)p->done / p->total * width + 0.5) : 0;
-        if (filled > width) filled = width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-        bar[width] = 0;
-        char total[16];
-        if (p->total > 0) snprintf(total, sizeof total, "%d", p->total);
-        else snprintf(total, sizeof total, "?");
-        fprintf(stderr, "\r\033[K[%s] %d/%s  rejected %d  best %.2f us %s  ETA %s", bar, p->done, total, p->rejected,
-                p->best_us, p->best_config, eta);
-    } else {
-        fprintf(stderr, "tune: %d/%d %-13s %9.2f us  %s  (best %.2f us, ETA %s)\n", p->done, p->total, p->status,
-                p->median_us, p->config, p->best_us, eta);
-    }
-    fflush(stderr);
-    return 0;
 }
 
 static int by_time(const void *a, const void *b)
@@ -172,7 +137,7 @@ int cmd_tune(int argc, char **argv)
     sj_tune_options o;
     sj_tune_options_init(&o);
     const char *cache = NULL;
-    int json = 0;
+    int json = 0, device = -1;
     long long top = 10, v;
     for (int i = 1; i < argc; i++) {
         int r = cli_problem_option(argc, argv, &i, &p);
@@ -219,6 +184,9 @@ int cmd_tune(int argc, char **argv)
         } else if (!strcmp(a, "--top")) {
             if (!cli_parse_int("tune", a, val, 1, 100000, &top)) return 2;
             i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!cli_parse_device("tune", val, &device)) return 2;
+            i++;
         } else if (!strcmp(a, "--cache")) {
             cache = val;
             i++;
@@ -234,18 +202,19 @@ int cmd_tune(int argc, char **argv)
     co.require_gpu = 1;
     co.cache_path = cache;
     sj_context *ctx;
-    sj_status cs = sj_context_create(&co, &ctx);
-    if (cs == SJ_ERR_NO_GPU) return cli_no_gpu("tune", &p, NULL, sj_last_error());
+    sj_status cs = cli_context_create(&co, device, &ctx);
+    if (cs == SJ_ERR_NO_GPU && device < 0) return cli_no_gpu("tune", &p, NULL, sj_last_error());
     if (cs != SJ_OK) {
         fprintf(stderr, "sparsejit tune: %s\n", sj_last_error());
-        return 1;
+        return cli_exit_code(cs);
     }
-    progress_state ps = { isatty(2) };
-    o.progress = on_progress;
+    cli_progress ps;
+    cli_progress_begin(&ps, isatty(2));
+    o.progress = cli_progress_print;
     o.progress_user = &ps;
     sj_tune_result r;
     sj_status st = sj_tune(ctx, &p, &o, &r);
-    if (ps.tty) fprintf(stderr, "\n");
+    cli_progress_end(&ps);
     if (st != SJ_OK) {
         fprintf(stderr, "sparsejit tune: %s\n", sj_last_error());
         sj_context_destroy(ctx);

@@ -1,12 +1,18 @@
 /* lua_sparsejit.c: the `sparsejit` Lua module that `sparsejit run script.lua` gives user scripts
  * (sweeps): device info, tune, bench (with the cuBLAS baseline), V:N:M layout sizes and CSV
  * writing, with results as plain Lua tables. Errors from the library are raised as Lua errors
- * carrying the sparsejit message. One context per Lua state, created on first use. */
+ * carrying the sparsejit message. One context per Lua state, created on first use.
+ * Every function and every field of its option table is described once, in `docs` below: an
+ * option table with another field is refused naming the accepted ones, sparsejit.reference()
+ * returns the descriptions, and docs/lua.md is generated from them (tools/lua_reference.lua;
+ * cli_smoke fails when the page differs). */
 #include "core/op.h"
 #include "core/problem.h"
 #include "tuner/bench.h"
 #include "cli/cli_problem.h"
 #include "cli/cli_context.h"
+#include "cli/cli_progress.h"
+#include "cli/lua_sparsejit.h"
 #include "ops/twell/twell.h"
 #include "sparsejit.h"
 #include "tuner/tuner.h"
@@ -14,18 +20,172 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CTX_KEY "sparsejit.context"
+#define LUA_MAX_SECONDS 604800.0 /* a week: the largest budget or timing field */
 
 typedef struct lua_ctx {
     sj_context *ctx;
     char cache[1024];
     int cache_set;
     char template_dir[1024];
+    int device;              /* -1: not chosen (cli_context_create) */
 } lua_ctx;
+
+/* ------------------------------------------------------------------ the reference */
+
+typedef struct lua_field {
+    const char *name, *type, *dflt, *what;
+} lua_field;
+
+typedef struct lua_fn_doc {
+    const char *name;        /* sparsejit.<name> */
+    const char *call;        /* how it is called */
+    const char *what;        /* what it does and returns */
+    const char *errors;      /* when it raises */
+    const lua_field *fields; /* the option table's fields (NULL: it takes none) */
+} lua_fn_doc;
+
+#define PROBLEM_FIELDS \
+    { "op", "string", "\"gemm\"", "the op, as the command's `--op` (its `--help` lists them; bench also takes " \
+      "benchmarks of several kernels: twell-ffn-block)" }, \
+    { "dtype", "string", "\"f16\"", "input dtype: f16 or bf16" }, \
+    { "out_dtype", "string", "dtype", "output dtype: f16, bf16 or f32" }, \
+    { "shape", "table", "-", "{m, n, k}: the shape as `--shape MxNxK`, each in 1..2^30; or give m, n and k" }, \
+    { "m", "integer", "-", "the shape's M when shape is not given (1..2^30)" }, \
+    { "n", "integer", "-", "the shape's N when shape is not given (1..2^30)" }, \
+    { "k", "integer", "-", "the shape's K when shape is not given (1..2^30)" }, \
+    { "vnm", "string", "\"64:2:8\"", "V:N:M sparsity of the vnm-* ops, as `--vnm`" }, \
+    { "twell", "string", "\"128:16\"", "TwELL tile width and capacity T:C of the twell-* ops, as `--twell`" }, \
+    { "d_ff", "integer", "-", "FFN inner size of the ops that take one (twell-ffn, hybrid-ffn-*), 1..2^30, as `--d-ff`" }, \
+    { "sparsity", "number", "0.99", "twell-* and hybrid-*: the activations' fraction of zeros, in (0, 1), as " \
+      "`--sparsity` (other ops do not read it)" }, \
+    { "skew", "number", "0", "twell-* and hybrid-*: how unevenly the units fire, 0..4, as `--skew`" }
+
+/* What tune (per candidate) and bench both time with; defaults: sj_tune_options_init's. */
+#define TIMING_FIELDS \
+    { "warmup_ms", "number", "25", "warm-up budget in ms (tune: per candidate), 0..604800000 (a week)" }, \
+    { "rep_ms", "number", "100", "timing budget in ms (tune: per candidate), 0..604800000" }
+
+static const lua_field configure_fields[] = {
+    { "cache", "string", "$SPARSEJIT_CACHE, else ~/.cache/sparsejit/kernels.db",
+      "the kernel cache file; \"\" runs without one" },
+    { "template_dir", "string", "$SPARSEJIT_TEMPLATE_DIR, else the built-in templates", "templates to use instead" },
+    { "device", "integer", "`run --device N`, else 0", "the GPU, 0..1023 (past the last GPU, or without a GPU: "
+      "the first call that needs the context raises)" },
+    { NULL, NULL, NULL, NULL },
+};
+static const lua_field tune_fields[] = {
+    PROBLEM_FIELDS,
+    { "strategy", "string", "\"random\"", "exhaustive or random, as `--strategy`" },
+    { "budget_trials", "integer", "0", "candidates to measure, 0..1000000; 0: the strategy's own (random: a quarter "
+      "of the space, 16..256)" },
+    { "budget_seconds", "number", "0", "stop starting candidates after this many seconds, 0..604800; 0: no limit" },
+    { "seed", "integer", "1", "seed of the random strategy, 0..2^63-1" },
+    TIMING_FIELDS,
+    { "threads", "integer", "0", "NVRTC compile threads, 0..64; 0: CPUs - 1" },
+    { "save", "boolean", "true", "store the trials and the winner in the cache" },
+    { "progress", "boolean or function", "true on a terminal (stderr), else false",
+      "true: print progress on stderr (a redrawn bar on a terminal, else a line per candidate); a "
+      "function(p) gets each candidate's {done, total, rejected, config, status, median_us, best_config, "
+      "best_us, elapsed_s, eta_s} and stops the tune by returning true" },
+    { NULL, NULL, NULL, NULL },
+};
+static const lua_field bench_fields[] = {
+    PROBLEM_FIELDS,
+    { "config", "string", "the tuned winner, else the template's default", "force this config, e.g. \"BM=128,BN=128\"" },
+    { "rounds", "integer", "1", "interleaved rounds of the op and its baseline, 1..100" },
+    { "seed", "integer", "1", "seed of the random inputs, 0..2^63-1" },
+    { "cublas", "boolean", "true", "time the dense cuBLAS baseline too" },
+    TIMING_FIELDS,
+    { NULL, NULL, NULL, NULL },
+};
+static const lua_field vnm_layout_fields[] = {
+    { "vnm", "string", "\"64:2:8\"", "V:N:M, as `--vnm`" },
+    { "rows", "integer", "-", "rows of the dense matrix, 1..2^30 (required)" },
+    { "cols", "integer", "-", "columns of the dense matrix, 1..2^30 (required)" },
+    { "dtype", "string", "\"f16\"", "f16 or bf16" },
+    { NULL, NULL, NULL, NULL },
+};
+
+static const lua_fn_doc docs[] = {
+    { "configure", "sparsejit.configure{...}",
+      "Sets up the module's context; call it before any other function (the context is made on the first call "
+      "that needs it). Returns nothing.",
+      "after the context exists; a path of 1024 characters or more; a field not listed or of the wrong type",
+      configure_fields },
+    { "info", "sparsejit.info()",
+      "The device: {version, has_gpu, no_gpu_reason, name, arch, compute_capability, sm_count, driver_version, "
+      "nvrtc_version, memory_bytes, l2_bytes, max_shared_per_block, cache_path}. Works without a GPU (has_gpu false).",
+      "when the context cannot be made (configure's device past the last GPU, or device given without a GPU)",
+      NULL },
+    { "stats", "sparsejit.stats()",
+      "The context's counters: {lua_generations, nvrtc_compiles, cache_hits, cache_misses, table_hits, launches, "
+      "nvrtc_seconds, lua_seconds}.",
+      "when the context cannot be made", NULL },
+    { "tune", "sparsejit.tune{...}",
+      "Tunes one problem as `sparsejit tune` does and stores the winner (save). Returns {config, template, strategy, "
+      "median_us, p20_us, p80_us, tflops, space_size, trials_done, trials_rejected, seconds, compile_seconds, saved, "
+      "finalists, trials}, trials a list of {config, status, median_us, p20_us, p80_us, tflops, compile_seconds, "
+      "rel_error}.",
+      "a field not listed, of the wrong type or out of its range; a problem the op refuses; no GPU; the progress "
+      "function's own error", tune_fields },
+    { "bench", "sparsejit.bench{...}",
+      "Times an op (or a benchmark of several kernels, as `sparsejit bench --op`) against its dense baseline, "
+      "after checking its output. Returns {median_us, p20_us, p80_us, tflops, reps, rel_error, config, origin, "
+      "source} and, with cublas, {cublas_us, cublas_tflops, speedup}, or cublas_error when the baseline failed.",
+      "a field not listed, of the wrong type or out of its range; a problem or config the op refuses; no GPU; an "
+      "output that disagrees with the reference", bench_fields },
+    { "vnm_layout", "sparsejit.vnm_layout{...}",
+      "The compressed sizes of a V:N:M matrix: {v, n, m, rows, cols, row_blocks, groups, k_tiles, values_bytes, "
+      "meta_bytes, index_bytes, bytes, dense_bytes, density, compression}. Needs no GPU.",
+      "a field not listed, of the wrong type or out of its range; a V:N:M the format refuses", vnm_layout_fields },
+    { "write_csv", "sparsejit.write_csv(path, rows [, columns])",
+      "Writes rows (a list of tables) as CSV to path (\"-\": stdout), one column per name in columns, default every "
+      "key of any row, sorted; quotes a field with a comma, quote, line break or edge space. Returns the row count.",
+      "a row that is not a table, a key that is not a string, a value that is a table or function; a file that "
+      "cannot be written (nothing is written when a value is refused)", NULL },
+    { "reference", "sparsejit.reference()",
+      "This reference: a list of {name, call, what, errors, fields}, fields a list of {name, type, default, what} "
+      "(empty for a function that takes no option table).",
+      "never", NULL },
+};
+
+static const lua_fn_doc *doc_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++)
+        if (!strcmp(docs[i].name, name)) return &docs[i];
+    return NULL;
+}
+
+/* Raises "sparsejit.<fn>: unknown field '<key>'; it takes <the fields>" for a key of table t that
+ * fn's reference does not list. */
+static void check_fields(lua_State *L, int t, const char *fn)
+{
+    const lua_field *fields = doc_of(fn)->fields;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        int known = 0;
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (const lua_field *f = fields; f->name && !known; f++) known = !strcmp(f->name, lua_tostring(L, -1));
+        if (known) continue;
+        luaL_Buffer b;
+        const char *key = luaL_tolstring(L, -1, NULL);
+        luaL_buffinit(L, &b);
+        for (const lua_field *f = fields; f->name; f++) {
+            if (f != fields) luaL_addstring(&b, ", ");
+            luaL_addstring(&b, f->name);
+        }
+        luaL_pushresult(&b);
+        luaL_error(L, "sparsejit.%s: unknown field '%s'; it takes %s", fn, key, lua_tostring(L, -1));
+    }
+}
 
 static lua_ctx *state_of(lua_State *L)
 {
@@ -57,19 +217,21 @@ static sj_context *context(lua_State *L, const char *fn)
         cli_context_options_init(&o);
         if (c->cache_set) o.cache_path = c->cache;
         if (c->template_dir[0]) o.template_dir = c->template_dir;
-        if (sj_context_create(&o, &c->ctx) != SJ_OK) raise(L, fn);
+        if (cli_context_create(&o, c->device, &c->ctx) != SJ_OK) raise(L, fn);
     }
     return c->ctx;
 }
 
 /* ------------------------------------------------------------------ reading option tables */
 
-static const char *opt_string(lua_State *L, int t, const char *key, const char *dflt)
+/* The readers of option fields raise "sparsejit.<fn>: field '<key>' ..." naming the type or
+ * range expected; an absent (nil) field takes dflt. */
+static const char *opt_string(lua_State *L, int t, const char *fn, const char *key, const char *dflt)
 {
     lua_getfield(L, t, key);
     const char *s = dflt;
     if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "field '%s' must be a string", key);
+        if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "sparsejit.%s: field '%s' must be a string", fn, key);
         s = lua_tostring(L, -1);
     }
     lua_pop(L, 1); /* the string stays alive: it is also referenced by the table */
@@ -78,37 +240,49 @@ static const char *opt_string(lua_State *L, int t, const char *key, const char *
 
 /* An integer field in lo..hi, dflt when absent: checked here, before any caller narrows it to an
  * int, so 2^32 + 1 trials is refused rather than taken as 1. */
-static lua_Integer opt_integer(lua_State *L, int t, const char *key, lua_Integer dflt, lua_Integer lo, lua_Integer hi)
+static lua_Integer opt_integer(lua_State *L, int t, const char *fn, const char *key, lua_Integer dflt, lua_Integer lo,
+                               lua_Integer hi)
 {
     lua_getfield(L, t, key);
     lua_Integer v = dflt;
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tointegerx(L, -1, &ok);
-        if (!ok) luaL_error(L, "field '%s' must be an integer in %I..%I", key, lo, hi);
-        if (v < lo || v > hi) luaL_error(L, "field '%s' = %I is out of range; expected an integer in %I..%I", key, v, lo, hi);
+        if (!ok) luaL_error(L, "sparsejit.%s: field '%s' must be an integer in %I..%I", fn, key, lo, hi);
+        if (v < lo || v > hi)
+            luaL_error(L, "sparsejit.%s: field '%s' = %I is out of range; expected an integer in %I..%I", fn, key, v, lo, hi);
     }
     lua_pop(L, 1);
     return v;
 }
 
-static double opt_number(lua_State *L, int t, const char *key, double dflt)
+/* A number field in lo..hi (NaN refused), dflt when absent; lo = -HUGE_VAL and hi = HUGE_VAL: any
+ * number, the caller checks it (in the CLI's words). */
+static double opt_number(lua_State *L, int t, const char *fn, const char *key, double dflt, double lo, double hi)
 {
     lua_getfield(L, t, key);
     double v = dflt;
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tonumberx(L, -1, &ok);
-        if (!ok) luaL_error(L, "field '%s' must be a number", key);
+        int ranged = lo > -HUGE_VAL || hi < HUGE_VAL;
+        if (!ok || (ranged && !(v >= lo && v <= hi))) {
+            char range[64];
+            snprintf(range, sizeof range, "[%.15g, %.15g]", lo, hi);
+            luaL_error(L, "sparsejit.%s: field '%s' must be a number%s%s", fn, key, ranged ? " in " : "", ranged ? range : "");
+        }
     }
     lua_pop(L, 1);
     return v;
 }
 
-static int opt_boolean(lua_State *L, int t, const char *key, int dflt)
+static int opt_boolean(lua_State *L, int t, const char *fn, const char *key, int dflt)
 {
     lua_getfield(L, t, key);
-    int v = lua_isnil(L, -1) ? dflt : lua_toboolean(L, -1);
+    int type = lua_type(L, -1);
+    if (type != LUA_TNIL && type != LUA_TBOOLEAN)
+        luaL_error(L, "sparsejit.%s: field '%s' must be true or false, not a %s", fn, key, lua_typename(L, type));
+    int v = type == LUA_TNIL ? dflt : lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;
 }
@@ -126,22 +300,25 @@ static void read_fields(lua_State *L, const char *fn, const char *key, const cha
  * when benches is set, which is returned (NULL for an op). */
 static const op_bench *read_problem(lua_State *L, int t, const char *fn, int benches, sj_problem *p)
 {
-    luaL_checktype(L, t, LUA_TTABLE);
     sj_op op;
     sj_dtype dt, out;
-    const char *name = opt_string(L, t, "op", "gemm");
+    const char *name = opt_string(L, t, fn, "op", "gemm");
     const op_bench *b = op_bench_find_name(name);
     if (b && !benches)
         luaL_error(L, "sparsejit.%s: op '%s' is a benchmark of %s, not an op: sparsejit.bench runs it; sparsejit.%s "
                    "takes its parts, one of %s", fn, name, b->parts, fn, op_tunable_names());
     if (b) op = b->op;
     else if (sj_op_parse(name, &op) != SJ_OK) raise(L, fn);
-    if (sj_dtype_parse(opt_string(L, t, "dtype", "f16"), &dt) != SJ_OK) raise(L, fn);
-    const char *od = opt_string(L, t, "out_dtype", NULL);
+    if (sj_dtype_parse(opt_string(L, t, fn, "dtype", "f16"), &dt) != SJ_OK) raise(L, fn);
+    const char *od = opt_string(L, t, fn, "out_dtype", NULL);
     out = dt;
     if (od && sj_dtype_parse(od, &out) != SJ_OK) raise(L, fn);
     int64_t m = 0, n = 0, k = 0;
     if (lua_getfield(L, t, "shape") == LUA_TTABLE) {
+        for (const char *const *d = (const char *const[]){ "m", "n", "k", NULL }; *d; d++)
+            if (lua_getfield(L, t, *d) != LUA_TNIL) luaL_error(L, "sparsejit.%s: give shape or m, n and k, not both", fn);
+            else lua_pop(L, 1);
+        if (luaL_len(L, -1) != 3) luaL_error(L, "sparsejit.%s: shape must be {m, n, k}: 3 integers", fn);
         int64_t *dims[3] = { &m, &n, &k };
         for (int i = 0; i < 3; i++) {
             lua_geti(L, -1, i + 1);
@@ -153,14 +330,14 @@ static const op_bench *read_problem(lua_State *L, int t, const char *fn, int ben
     } else if (!lua_isnil(L, -1)) {
         luaL_error(L, "sparsejit.%s: shape must be a table {m, n, k}", fn);
     } else {
-        m = opt_integer(L, t, "m", 0, 1, PROBLEM_MAX_DIM);
-        n = opt_integer(L, t, "n", 0, 1, PROBLEM_MAX_DIM);
-        k = opt_integer(L, t, "k", 0, 1, PROBLEM_MAX_DIM);
+        m = opt_integer(L, t, fn, "m", 0, 1, PROBLEM_MAX_DIM);
+        n = opt_integer(L, t, fn, "n", 0, 1, PROBLEM_MAX_DIM);
+        k = opt_integer(L, t, fn, "k", 0, 1, PROBLEM_MAX_DIM);
     }
     lua_pop(L, 1);
     sj_problem_init(p, op, dt, m, n, k);
     p->out_dtype = out;
-    const char *vnm = opt_string(L, t, "vnm", NULL);
+    const char *vnm = opt_string(L, t, fn, "vnm", NULL);
     long long v[3];
     if (vnm) {
         read_fields(L, fn, "vnm", vnm, &cli_vnm_fields, v);
@@ -168,20 +345,20 @@ static const op_bench *read_problem(lua_State *L, int t, const char *fn, int ben
         p->vnm_n = (int)v[1];
         p->vnm_m = (int)v[2];
     }
-    const char *tw = opt_string(L, t, "twell", NULL);
+    const char *tw = opt_string(L, t, fn, "twell", NULL);
     if (tw) {
         read_fields(L, fn, "twell", tw, &cli_twell_fields, v);
         p->twell_tile = (int)v[0];
         p->twell_capacity = (int)v[1];
     }
-    p->d_ff = opt_integer(L, t, "d_ff", 0, 1, PROBLEM_MAX_DIM);
+    p->d_ff = opt_integer(L, t, fn, "d_ff", 0, 1, PROBLEM_MAX_DIM);
     const op_desc *d = op_find(op);
     if (d->reads & OP_READS_TWELL) {
-        p->twell_sparsity = opt_number(L, t, "sparsity", TWELL_DEFAULT_SPARSITY);
+        p->twell_sparsity = opt_number(L, t, fn, "sparsity", TWELL_DEFAULT_SPARSITY, -HUGE_VAL, HUGE_VAL);
         if (!(p->twell_sparsity > 0 && p->twell_sparsity < 1))
             luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
                        p->twell_sparsity);
-        p->twell_skew = opt_number(L, t, "skew", 0); /* sj_problem_validate names a bad one */
+        p->twell_skew = opt_number(L, t, fn, "skew", 0, -HUGE_VAL, HUGE_VAL); /* sj_problem_validate names a bad one */
     }
     if (d->fill_defaults) d->fill_defaults(p);
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);
@@ -198,9 +375,10 @@ static void set_boolean(lua_State *L, const char *k, int v) { lua_pushboolean(L,
 static int l_configure(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
+    check_fields(L, 1, "configure");
     lua_ctx *c = state_of(L);
     if (c->ctx) return luaL_error(L, "sparsejit.configure: call it before any other sparsejit function");
-    const char *cache = opt_string(L, 1, "cache", NULL), *tdir = opt_string(L, 1, "template_dir", NULL);
+    const char *cache = opt_string(L, 1, "configure", "cache", NULL), *tdir = opt_string(L, 1, "configure", "template_dir", NULL);
     if ((cache && strlen(cache) >= sizeof c->cache) || (tdir && strlen(tdir) >= sizeof c->template_dir))
         return luaL_error(L, "sparsejit.configure: path longer than %d characters", (int)sizeof c->cache - 1);
     if (cache) {
@@ -208,6 +386,10 @@ static int l_configure(lua_State *L)
         c->cache_set = 1;
     }
     if (tdir) snprintf(c->template_dir, sizeof c->template_dir, "%s", tdir);
+    lua_getfield(L, 1, "device");
+    int given = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (given) c->device = (int)opt_integer(L, 1, "configure", "device", 0, 0, CLI_MAX_DEVICE);
     return 0;
 }
 
@@ -255,8 +437,9 @@ static int l_stats(lua_State *L)
 
 typedef struct lua_progress {
     lua_State *L;
-    int fn;                  /* registry ref of the callback, LUA_NOREF: print lines */
+    int fn;                  /* registry ref of the callback, LUA_NOREF: print (bar) */
     int failed;              /* the callback raised: its message is on the stack top */
+    cli_progress bar;        /* the printed progress, as `sparsejit tune`'s */
 } lua_progress;
 
 /* Runs under lua_pcall, so no Lua error (not even out of memory) unwinds through sj_tune. */
@@ -283,11 +466,7 @@ static int progress_cb(void *user, const sj_tune_progress *p)
 {
     lua_progress *lp = user;
     if (lp->failed) return 1;
-    if (lp->fn == LUA_NOREF) {
-        fprintf(stderr, "tune: %d/%d %-13s %9.2f us  %s  (best %.2f us)\n", p->done, p->total, p->status, p->median_us,
-                p->config, p->best_us);
-        return 0;
-    }
+    if (lp->fn == LUA_NOREF) return cli_progress_print(&lp->bar, p);
     lua_State *L = lp->L;
     if (!lua_checkstack(L, 4)) {
         lp->failed = 1;
@@ -342,31 +521,40 @@ static void push_tune_result(lua_State *L, const sj_tune_result *r)
 
 static int l_tune(lua_State *L)
 {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    check_fields(L, 1, "tune");
     sj_problem p;
     read_problem(L, 1, "tune", 0, &p);
     sj_tune_options o;
     sj_tune_options_init(&o);
-    if (sj_tune_strategy_parse(opt_string(L, 1, "strategy", "random"), &o.strategy) != SJ_OK) return raise(L, "tune");
-    o.budget_trials = (int)opt_integer(L, 1, "budget_trials", 0, 0, 1000000);
-    o.budget_seconds = opt_number(L, 1, "budget_seconds", 0);
-    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed, 0, INT64_MAX);
-    o.warmup_ms = opt_number(L, 1, "warmup_ms", o.warmup_ms);
-    o.rep_ms = opt_number(L, 1, "rep_ms", o.rep_ms);
-    o.threads = (int)opt_integer(L, 1, "threads", 0, 0, 64);
-    o.save = opt_boolean(L, 1, "save", 1);
+    if (sj_tune_strategy_parse(opt_string(L, 1, "tune", "strategy", "random"), &o.strategy) != SJ_OK)
+        return raise(L, "tune");
+    o.budget_trials = (int)opt_integer(L, 1, "tune", "budget_trials", 0, 0, 1000000);
+    o.budget_seconds = opt_number(L, 1, "tune", "budget_seconds", 0, 0, LUA_MAX_SECONDS);
+    o.seed = (uint64_t)opt_integer(L, 1, "tune", "seed", (lua_Integer)o.seed, 0, INT64_MAX);
+    o.warmup_ms = opt_number(L, 1, "tune", "warmup_ms", o.warmup_ms, 0, LUA_MAX_SECONDS * 1e3);
+    o.rep_ms = opt_number(L, 1, "tune", "rep_ms", o.rep_ms, 0, LUA_MAX_SECONDS * 1e3);
+    o.threads = (int)opt_integer(L, 1, "tune", "threads", 0, 0, 64);
+    o.save = opt_boolean(L, 1, "tune", "save", 1);
     sj_context *ctx = context(L, "tune");
-    lua_progress lp = { L, LUA_NOREF, 0 };
-    lua_getfield(L, 1, "progress");
-    if (lua_isfunction(L, -1)) {
+    /* progress: a function gets each candidate; true prints it; absent: printed on a terminal */
+    lua_progress lp = { L, LUA_NOREF, 0, { 0, 0 } };
+    cli_progress_begin(&lp.bar, isatty(2));
+    int ptype = lua_getfield(L, 1, "progress");
+    if (ptype == LUA_TFUNCTION) {
         lp.fn = luaL_ref(L, LUA_REGISTRYINDEX);
         o.progress = progress_cb;
     } else {
-        if (lua_toboolean(L, -1)) o.progress = progress_cb;
+        if (ptype != LUA_TNIL && ptype != LUA_TBOOLEAN)
+            return luaL_error(L, "sparsejit.tune: field 'progress' must be true, false or a function, not a %s",
+                              lua_typename(L, ptype));
+        if (ptype == LUA_TNIL ? lp.bar.tty : lua_toboolean(L, -1)) o.progress = progress_cb;
         lua_pop(L, 1);
     }
     o.progress_user = &lp;
     sj_tune_result r;
     sj_status st = sj_tune(ctx, &p, &o, &r);
+    cli_progress_end(&lp.bar);
     if (lp.fn != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, lp.fn);
     if (lp.failed) {
         if (st == SJ_OK) sj_tune_result_free(&r);
@@ -383,19 +571,21 @@ static int l_tune(lua_State *L)
 
 static int l_bench(lua_State *L)
 {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    check_fields(L, 1, "bench");
     sj_problem p;
     const op_bench *b = read_problem(L, 1, "bench", 1, &p);
     bench_options o;
     bench_options_init(&o);
     sj_tune_options t;
     sj_tune_options_init(&t);
-    t.warmup_ms = opt_number(L, 1, "warmup_ms", t.warmup_ms);
-    t.rep_ms = opt_number(L, 1, "rep_ms", t.rep_ms);
+    t.warmup_ms = opt_number(L, 1, "bench", "warmup_ms", t.warmup_ms, 0, LUA_MAX_SECONDS * 1e3);
+    t.rep_ms = opt_number(L, 1, "bench", "rep_ms", t.rep_ms, 0, LUA_MAX_SECONDS * 1e3);
     measure_options_from_tune(&t, &o.measure);
-    o.rounds = (int)opt_integer(L, 1, "rounds", 1, 1, 100);
-    o.seed = (uint64_t)opt_integer(L, 1, "seed", (lua_Integer)o.seed, 0, INT64_MAX);
-    o.cublas = opt_boolean(L, 1, "cublas", 1);
-    const char *config = opt_string(L, 1, "config", NULL);
+    o.rounds = (int)opt_integer(L, 1, "bench", "rounds", 1, 1, 100);
+    o.seed = (uint64_t)opt_integer(L, 1, "bench", "seed", (lua_Integer)o.seed, 0, INT64_MAX);
+    o.cublas = opt_boolean(L, 1, "bench", "cublas", 1);
+    const char *config = opt_string(L, 1, "bench", "config", NULL);
     sj_context *ctx = context(L, "bench");
     if (config && sj_set_config(ctx, &p, config) != SJ_OK) return raise(L, "bench");
     bench_result r;
@@ -434,12 +624,14 @@ static int l_bench(lua_State *L)
 static int l_vnm_layout(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
+    check_fields(L, 1, "vnm_layout");
     sj_dtype dt;
-    if (sj_dtype_parse(opt_string(L, 1, "dtype", "f16"), &dt) != SJ_OK) return raise(L, "vnm_layout");
-    const char *spec = opt_string(L, 1, "vnm", "64:2:8");
+    if (sj_dtype_parse(opt_string(L, 1, "vnm_layout", "dtype", "f16"), &dt) != SJ_OK) return raise(L, "vnm_layout");
+    const char *spec = opt_string(L, 1, "vnm_layout", "vnm", "64:2:8");
     long long v[3];
     read_fields(L, "vnm_layout", "vnm", spec, &cli_vnm_fields, v);
-    int64_t rows = opt_integer(L, 1, "rows", 0, 1, PROBLEM_MAX_DIM), cols = opt_integer(L, 1, "cols", 0, 1, PROBLEM_MAX_DIM);
+    int64_t rows = opt_integer(L, 1, "vnm_layout", "rows", 0, 1, PROBLEM_MAX_DIM);
+    int64_t cols = opt_integer(L, 1, "vnm_layout", "cols", 0, 1, PROBLEM_MAX_DIM);
     sj_vnm_layout l;
     if (sj_vnm_layout_init(&l, dt, (int)v[0], (int)v[1], (int)v[2], rows, cols) != SJ_OK) return raise(L, "vnm_layout");
     size_t compressed = l.values_bytes + l.meta_bytes + l.index_bytes, dense = (size_t)(rows * cols) * sj_dtype_size(dt);
@@ -598,10 +790,40 @@ static int l_write_csv(lua_State *L)
     return 1;
 }
 
+/* ------------------------------------------------------------------ reference */
+
+/* Pushes a table of n string fields, kv[i] = { key, value }. */
+static void push_strings(lua_State *L, const char *const kv[][2], int n)
+{
+    lua_createtable(L, 0, n);
+    for (int i = 0; i < n; i++) set_string(L, kv[i][0], kv[i][1]);
+}
+
+static int l_reference(lua_State *L)
+{
+    lua_createtable(L, (int)(sizeof docs / sizeof docs[0]), 0);
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        const lua_fn_doc *d = &docs[i];
+        push_strings(L, (const char *const[][2]){ { "name", d->name }, { "call", d->call }, { "what", d->what },
+                                                  { "errors", d->errors } }, 4);
+        lua_newtable(L);
+        for (int j = 0; d->fields && d->fields[j].name; j++) {
+            const lua_field *f = &d->fields[j];
+            push_strings(L, (const char *const[][2]){ { "name", f->name }, { "type", f->type }, { "default", f->dflt },
+                                                      { "what", f->what } }, 4);
+            lua_rawseti(L, -2, j + 1);
+        }
+        lua_setfield(L, -2, "fields");
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
 int luaopen_sparsejit(lua_State *L)
 {
     lua_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
     memset(c, 0, sizeof *c);
+    c->device = -1;
     lua_newtable(L);
     lua_pushcfunction(L, ctx_gc);
     lua_setfield(L, -2, "__gc");
@@ -609,9 +831,12 @@ int luaopen_sparsejit(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, CTX_KEY);
     static const luaL_Reg fns[] = {
         { "configure", l_configure }, { "info", l_info }, { "stats", l_stats }, { "tune", l_tune },
-        { "bench", l_bench }, { "vnm_layout", l_vnm_layout }, { "write_csv", l_write_csv }, { NULL, NULL },
+        { "bench", l_bench }, { "vnm_layout", l_vnm_layout }, { "write_csv", l_write_csv },
+        { "reference", l_reference }, { NULL, NULL },
     };
     luaL_newlib(L, fns);
     set_string(L, "version", sj_version_string());
     return 1;
 }
+
+void lua_sparsejit_set_device(lua_State *L, int device) { state_of(L)->device = device; }

@@ -99,7 +99,10 @@ typedef struct sj_context_options {
                                   read-only caches (paths separated by ':') looked up after it. */
     const char *template_dir;  /* NULL: $SPARSEJIT_TEMPLATE_DIR, else the templates built in */
     const char *arch;          /* NULL: the device's arch; else e.g. "sm_80", "sm_90a" (compile only) */
-    int device_ordinal;        /* which GPU (default 0) */
+    int device_ordinal;        /* which GPU (default 0): 0..count-1, else SJ_ERR_INVALID_ARGUMENT
+                                  naming the range (a negative one on any machine); without a GPU
+                                  it is unused (a compile-only context, or SJ_ERR_NO_GPU with
+                                  require_gpu) */
     int require_gpu;           /* nonzero: fail with SJ_ERR_NO_GPU instead of a compile-only context */
     sj_tune_policy tune_policy;
     sj_log_fn log;             /* diagnostics that are not errors (a cache that could not store a

@@ -60,9 +60,9 @@ static sj_status open_gpu(sj_context *ctx)
         snprintf(ctx->no_gpu_reason, sizeof ctx->no_gpu_reason, "the NVIDIA driver reports no CUDA device");
         return SJ_ERR_NO_GPU;
     }
-    if (ctx->opts.device_ordinal < 0 || ctx->opts.device_ordinal >= count)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: this machine has devices 0..%d",
-                       ctx->opts.device_ordinal, count - 1);
+    if (ctx->opts.device_ordinal >= count)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: out of range; this machine has %d GPU%s: expected 0..%d",
+                       ctx->opts.device_ordinal, count, count == 1 ? "" : "s", count - 1);
     CU_CHECK(cu.cuDeviceGet(&ctx->device, ctx->opts.device_ordinal), "cuDeviceGet");
     CU_CHECK(cu.cuDevicePrimaryCtxRetain(&ctx->cu_ctx, ctx->device), "cuDevicePrimaryCtxRetain");
     CU_CHECK(cu.cuCtxSetCurrent(ctx->cu_ctx), "cuCtxSetCurrent");
@@ -132,6 +132,12 @@ sj_status rt_context_create(const sj_context_options *opts, sj_context **out)
         free(ctx);
         return error_set(SJ_ERR_INVALID_ARGUMENT, "opts.tune_policy %d: expected SJ_TUNE_NEVER, SJ_TUNE_ON_MISS or SJ_TUNE_PINNED",
                        policy);
+    }
+    if (ctx->opts.device_ordinal < 0) {
+        int ordinal = ctx->opts.device_ordinal;
+        free(ctx);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "device_ordinal %d: expected a GPU's number, 0 or more (0: the first)",
+                         ordinal);
     }
     kernel_table_init(&ctx->table);
 

@@ -45,6 +45,25 @@ check2 "STAGES = '3888888888888888888' is out of range" gen --op gemm --shape 64
 check2 "is not valid for this problem" gen --op gemm --shape 64x64x64 --config STAGES=99
 check2 "--rounds '5x' is not an integer; expected an integer in 1..100" bench --op gemm --shape 64x64x64 --rounds 5x
 check2 "--seed '99999999999999999999' is out of range" tune --op gemm --shape 64x64x64 --seed 99999999999999999999
+# --device N on every command that uses a GPU: a bad N exits 2 naming the option and its range
+dtmp=$(mktemp -d)
+dev_cmds=("info" "gen --op gemm --shape 64x64x64" "tune --op gemm --shape 64x64x64" "bench --op gemm --shape 64x64x64"
+          "run" "cache --db $dtmp/c.db import $dtmp/e.db")
+for c in "${dev_cmds[@]}"; do
+  for d in -1 x 1024 1e3; do
+    if [ "${c%% *}" = run ]; then set -- run --device "$d" /nonexistent.lua; else set -- $c --device "$d"; fi
+    check2 "--device '$d' is " "$@"
+    check2 "expected an integer in 0..1023" "$@"
+  done
+  "$cli" ${c%% *} --help | grep -q -- "--device N" || fail "${c%% *} --help must list --device"
+done
+out=$(printf 'sparsejit.configure{device = -1}\n' | "$cli" run /dev/stdin 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -qF "field 'device' = -1 is out of range; expected an integer in 0..1023" ||
+  fail "configure{device = -1} (got $rc: $out)"
+# docs/lua.md is what the Lua module says of itself (tools/lua_reference.lua)
+src="$(dirname "$0")/.."
+"$cli" run "$src/tools/lua_reference.lua" | diff -u "$src/docs/lua.md" - >&2 ||
+  fail "docs/lua.md differs from the Lua module's reference: build/sparsejit run tools/lua_reference.lua > docs/lua.md"
 out=$("$cli" gen --op gemm --shape 64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "expected MxNxK" || fail "bad --shape (got $rc: $out)"
 out=$("$cli" gen --op nope --shape 1x1x1 2>&1); rc=$?
@@ -190,7 +209,25 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
     fail "ab_compare on a gemm row: $table"
   echo "$table" | grep -qE '^\| gemm .*\| [+-][0-9.]+% \| .*\| 1/1 \|$' || fail "ab_compare must print the change per row: $table"
   rm -rf "$tmp"
+  # a GPU past the last one: exit 2 naming --device and the GPUs there are
+  out=$("$cli" info --device 1023 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -qE -- "--device 1023: out of range; this machine has [0-9]+ GPUs?: expected 0\.\.[0-9]+" ||
+    fail "info --device 1023 (got $rc: $out)"
+  "$cli" info --device 0 | grep -q "^GPU: " || fail "info --device 0"
+  rm -rf "$dtmp"
 else
+  # without a GPU, --device (which names one) is an error that says there is none, exit 1
+  for c in "${dev_cmds[@]}"; do
+    if [ "${c%% *}" = run ]; then
+      out=$(printf 'sparsejit.info()\n' | "$cli" run --device 0 /dev/stdin 2>&1); rc=$?
+    else
+      out=$("$cli" $c --device 0 2>&1); rc=$?
+    fi
+    want=$([ "${c%% *}" = cache ] && echo 2 || echo 1)  # cache import: say --arch, --driver, --nvrtc
+    [ $rc -eq "$want" ] && echo "$out" | grep -q -- "--device 0 names a GPU, and this machine has none: " ||
+      fail "$c --device 0 without a GPU must exit $want saying there is none (got $rc: $out)"
+  done
+  rm -rf "$dtmp"
   # without a GPU, tune and bench do what needs none (generate, compile) and say timing needs one,
   # so the README's main job runs to its end
   out=$("$cli" tune --op vnm-spmm --shape 256x256x256 --vnm 64:2:8 2>&1) || fail "tune without a GPU must exit 0: $out"

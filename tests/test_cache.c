@@ -1218,7 +1218,10 @@ static void test_export_full_disk_or_killed(void **state)
     cache_db *db;
     SJ_ASSERT_OK(cache_open(p, NULL, NULL, &db));
     entry e;
-    for (int i = 0; i < 40; i++) make_entry(db, &e, "NVIDIA H200", "sm_90a", 13000, 13000);
+    for (int i = 0; i < 40; i++) {
+        make_entry(db, &e, "NVIDIA H200", "sm_90a", 13000, 13000);
+        free(e.kernel.cubin);
+    }
     cache_close(db);
     assert_int_equal(mkdir(exports, 0777), 0);
     for (int killed = 0; killed < 2; killed++) {

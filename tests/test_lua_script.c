@@ -137,7 +137,7 @@ static void test_gpu_call_without_gpu_raises(void **state)
     assert_contains(r.out, "sparsity\tfalse\tsparsejit.bench: sparsity 1.5: expected a fraction of zeros in (0, 1)");
     assert_contains(r.out, "skew\tfalse\tsparsejit.bench: problem.twell_skew = 9: expected 0 (units alike) .. 4");
     assert_contains(r.out, "block\tfalse\tsparsejit.bench: benchmarking needs a GPU");
-    assert_contains(r.out, "rounds\tfalse\tfield 'rounds' = 0 is out of range; expected an integer in 1..100");
+    assert_contains(r.out, "rounds\tfalse\tsparsejit.bench: field 'rounds' = 0 is out of range; expected an integer in 1..100");
     assert_contains(r.out, "tune block\tfalse\tsparsejit.tune: op 'twell-ffn-block' is a benchmark of twell-gate + "
                            "twell-ffn, not an op: sparsejit.bench runs it; sparsejit.tune takes its parts, one of gemm, "
                            "vnm-spmm, twell-gate, twell-ffn");
@@ -231,6 +231,82 @@ static void test_vnm_layout_matches_c_api(void **state)
     done(&r);
 }
 
+/* Option tables take exactly the fields the reference lists: another one, or one of the wrong
+ * type, is refused naming it and what is accepted; configure{device} is range-checked. */
+static void test_option_fields_checked(void **state)
+{
+    run_result r = run_script("fields.lua",
+        "local function try(name, f, t) local ok, e = pcall(f, t); print(name, ok, e) end\n"
+        "try('device', sparsejit.configure, { device = 1024 })\n" /* before any call makes the context */
+        "try('configure', sparsejit.configure, { cachee = 'x.db' })\n"
+        "try('tune', sparsejit.tune, { op = 'gemm', shape = { 64, 64, 64 }, bogus_field = 1 })\n"
+        "try('bench', sparsejit.bench, { op = 'gemm', shape = { 64, 64, 64 }, [1] = 5 })\n"
+        "try('layout', sparsejit.vnm_layout, { rows = 64, cols = 64, colz = 3 })\n"
+        "try('progress', sparsejit.tune, { op = 'gemm', shape = { 64, 64, 64 }, progress = 'yes' })\n"
+        "try('save', sparsejit.tune, { op = 'gemm', shape = { 64, 64, 64 }, save = 'no' })\n"
+        "try('both', sparsejit.tune, { op = 'gemm', shape = { 64, 64, 64 }, m = 3 })\n"
+        "try('two', sparsejit.bench, { op = 'gemm', shape = { 64, 64 } })\n"
+        "try('rep', sparsejit.tune, { op = 'gemm', shape = { 64, 64, 64 }, rep_ms = -1 })\n"
+        "try('nan', sparsejit.bench, { op = 'twell-ffn', shape = { 64, 256, 256 }, d_ff = 1024, sparsity = 0/0 })\n"
+        "for _, f in ipairs(sparsejit.reference()) do\n"
+        "  for _, x in ipairs(f.fields) do\n"
+        "    if f.name ~= 'configure' then\n" /* a known field is never refused as unknown */
+        "      local ok, e = pcall(sparsejit[f.name], { [x.name] = {} })\n"
+        "      if not ok and e:find('unknown field', 1, true) then print('refused known', f.name, x.name) end\n"
+        "    end\n"
+        "  end\n"
+        "end\n",
+        NULL);
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    assert_contains(r.out, "tune\tfalse\tsparsejit.tune: unknown field 'bogus_field'; it takes op, dtype, out_dtype, shape, "
+                           "m, n, k, vnm, twell, d_ff, sparsity, skew, strategy, budget_trials, budget_seconds, seed, "
+                           "warmup_ms, rep_ms, threads, save, progress");
+    assert_contains(r.out, "bench\tfalse\tsparsejit.bench: unknown field '1'; it takes op,");
+    assert_contains(r.out, "layout\tfalse\tsparsejit.vnm_layout: unknown field 'colz'; it takes vnm, rows, cols, dtype");
+    assert_contains(r.out, "configure\tfalse\tsparsejit.configure: unknown field 'cachee'; it takes cache, template_dir, device");
+    assert_contains(r.out, "sparsejit.tune: field 'progress' must be true, false or a function, not a string");
+    assert_contains(r.out, "sparsejit.tune: field 'save' must be true or false, not a string");
+    assert_contains(r.out, "sparsejit.tune: give shape or m, n and k, not both");
+    assert_contains(r.out, "sparsejit.bench: shape must be {m, n, k}: 3 integers");
+    assert_contains(r.out, "sparsejit.tune: field 'rep_ms' must be a number in [0, 604800000]");
+    assert_contains(r.out, "nan: expected a fraction of zeros in (0, 1)");
+    assert_contains(r.out, "sparsejit.configure: field 'device' = 1024 is out of range; expected an integer in 0..1023");
+    if (strstr(r.out, "refused known")) fail_msg("a listed field was refused as unknown:\n%s", r.out);
+    done(&r);
+}
+
+/* The reference agrees with the code where the code can be asked without a GPU: the keys info,
+ * stats and vnm_layout return are the ones it lists, and the defaults it gives for tune and bench
+ * are sj_tune_options_init's and bench's. */
+static void test_reference_matches_code(void **state)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/lua_reference_check.lua", tu_source_dir());
+    run_result r = run_script(path, NULL, NULL);
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    if (strstr(r.out, "undocumented") || strstr(r.out, "returns differ")) fail_msg("the reference disagrees:\n%s", r.out);
+    sj_tune_options o;
+    sj_tune_options_init(&o);
+    char line[256];
+    snprintf(line, sizeof line, "default\ttune\tseed\t%llu\n", (unsigned long long)o.seed);
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\ttune\twarmup_ms\t%g\n", o.warmup_ms);
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\ttune\trep_ms\t%g\n", o.rep_ms);
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\tbench\twarmup_ms\t%g\n", o.warmup_ms);
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\tbench\trep_ms\t%g\n", o.rep_ms);
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\ttune\tsave\t%s\n", o.save ? "true" : "false");
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\ttune\tstrategy\t\"%s\"\n", o.strategy == SJ_TUNE_RANDOM ? "random" : "exhaustive");
+    assert_contains(r.out, line);
+    snprintf(line, sizeof line, "default\tbench\tdtype\t\"%s\"\n", "f16");
+    assert_contains(r.out, line);
+    done(&r);
+}
+
 static void test_examples_parse_and_need_a_gpu(void **state)
 {
     const char *examples[] = { "vnm_sparsity_sweep.lua", "ffn_shape_sweep.lua" };
@@ -306,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_arguments_and_require),
         cmocka_unit_test(test_bad_arguments_raise_sparsejit_messages),
         cmocka_unit_test(test_vnm_layout_matches_c_api),
+        cmocka_unit_test(test_option_fields_checked),
+        cmocka_unit_test(test_reference_matches_code),
         cmocka_unit_test(test_examples_parse_and_need_a_gpu),
         cmocka_unit_test(test_binary_chunks_refused),
         cmocka_unit_test(test_timeout),

@@ -60,6 +60,22 @@ static void test_context_bad_options(void **state)
     o.arch = "compute_90";
     SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_INVALID_ARGUMENT, "opts.arch 'compute_90'");
     assert_null(ctx);
+    /* a negative GPU number is refused on any machine, a GPU or none */
+    o.arch = NULL;
+    o.device_ordinal = -1;
+    SJ_ASSERT_STATUS(sj_context_create(&o, &ctx), SJ_ERR_INVALID_ARGUMENT, "device_ordinal -1: expected a GPU's number, 0 or more");
+    assert_null(ctx);
+    /* one past the last GPU names the range where there are GPUs; without one it is unused */
+    o.device_ordinal = 1 << 20;
+    sj_status st = sj_context_create(&o, &ctx);
+    if (st == SJ_OK) {
+        sj_device_info d;
+        SJ_ASSERT_OK(sj_get_device_info(ctx, &d));
+        assert_false(d.has_gpu);
+        SJ_ASSERT_OK(sj_context_destroy(ctx));
+    } else {
+        SJ_ASSERT_STATUS(st, SJ_ERR_INVALID_ARGUMENT, "device_ordinal 1048576: out of range; this machine has ");
+    }
 }
 
 /* A log callback that keeps every message it is handed. */
