@@ -502,6 +502,6 @@ def ops_for(*tensors: torch.Tensor):
     torch.export tracing, FX tracing (make_fx), an active TorchDispatchMode (fake tensors, flop
     counters), or a tensor subclass other than Parameter."""
     if (torch.compiler.is_compiling() or torch.fx._symbolic_trace.is_fx_tracing()
-            or torch._C._len_torch_dispatch_mode() > 0 or any(type(t) not in _PLAIN for t in tensors)):
+            or torch._C._len_torch_dispatch_stack() > 0 or any(type(t) not in _PLAIN for t in tensors)):
         return torch.ops.sparsejit
     return EAGER
