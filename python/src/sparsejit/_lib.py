@@ -153,6 +153,23 @@ class TwellDevice(ctypes.Structure):
     _fields_ = [("layout", TwellLayout), ("entries", c_uint64), ("counts", c_uint64), ("spill", c_uint64)]
 
 
+class HybridLayout(ctypes.Structure):
+    _fields_ = [("dtype", c_int), ("rows", c_int64), ("cols", c_int64), ("width", c_int), ("backup_rows", c_int64),
+                ("values_bytes", c_size_t), ("columns_bytes", c_size_t), ("nnz_bytes", c_size_t),
+                ("slot_bytes", c_size_t), ("owner_bytes", c_size_t), ("backup_bytes", c_size_t),
+                ("counter_bytes", c_size_t), ("total_bytes", c_size_t)]
+
+
+class HybridReport(ctypes.Structure):
+    _fields_ = [("rows_ell", c_int64), ("rows_backup", c_int64), ("rows_unplaced", c_int64),
+                ("backup_needed", c_int64), ("nnz", c_int64), ("nnz_ell", c_int64), ("nnz_backup", c_int64)]
+
+
+class HybridDevice(ctypes.Structure):
+    _fields_ = [("layout", HybridLayout), ("values", c_uint64), ("columns", c_uint64), ("nnz", c_uint64),
+                ("slot", c_uint64), ("owner", c_uint64), ("backup", c_uint64), ("counter", c_uint64)]
+
+
 class TuneProgress(ctypes.Structure):
     _fields_ = [("done", c_int), ("total", c_int), ("rejected", c_int), ("config", c_char_p),
                 ("status", c_char_p), ("median_us", c_double), ("best_config", c_char_p),
@@ -202,6 +219,7 @@ STRUCTS: dict[str, type[ctypes.Structure]] = {
     "sj_stats": Stats, "sj_generated": Generated, "sj_kernel_info": KernelInfo,
     "sj_vnm_layout": VnmLayout, "sj_vnm_host": VnmHost, "sj_vnm_device": VnmDevice,
     "sj_twell_layout": TwellLayout, "sj_twell_host": TwellHost, "sj_twell_device": TwellDevice,
+    "sj_hybrid_layout": HybridLayout, "sj_hybrid_report": HybridReport, "sj_hybrid_device": HybridDevice,
     "sj_tune_progress": TuneProgress, "sj_tune_options": TuneOptions, "sj_tune_trial": TuneTrial,
     "sj_tune_result": TuneResult, "sj_bench_result": BenchResult, "sj_gmp_schedule": GmpSchedule,
     "sj_gmp_target": GmpTarget,
@@ -268,6 +286,14 @@ PROTOTYPES: dict[str, tuple] = {
     "sj_twell_gate": (_S, [_ctx, _P(Problem), c_uint64, c_uint64, _P(TwellDevice), c_void_p]),
     "sj_twell_ffn_ws": (_S, [_ctx, _P(Problem), c_uint64, _P(TwellDevice), c_uint64, c_uint64, c_uint64,
                              c_uint64, c_size_t, c_void_p]),
+    "sj_hybrid_layout_init": (_S, [_P(HybridLayout), c_int, c_int64, c_int64, c_int, c_int64]),
+    "sj_hybrid_gate_problem": (_S, [_P(HybridLayout), c_int64, _P(Problem)]),
+    "sj_hybrid_gate": (_S, [_ctx, _P(Problem), c_uint64, c_uint64, _P(HybridDevice), c_void_p]),
+    "sj_hybrid_ffn_problem": (_S, [_P(HybridLayout), c_int, c_int64, _P(Problem)]),
+    "sj_hybrid_ffn_fwd": (_S, [_ctx, _P(Problem), c_uint64, _P(HybridDevice), c_uint64, c_uint64, c_uint64,
+                               c_uint64, c_uint64, c_void_p]),
+    "sj_hybrid_ffn_dx": (_S, [_ctx, _P(Problem), c_uint64, _P(HybridDevice), c_uint64, c_uint64, c_uint64,
+                              c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_void_p]),
     "sj_tune_options_init": (None, [_P(TuneOptions)]),
     "sj_tune": (_S, [_ctx, _P(Problem), _P(TuneOptions), _P(TuneResult)]),
     "sj_tune_result_free": (None, [_P(TuneResult)]),

@@ -1,6 +1,7 @@
 """PyTorch modules over the sparsejit ops: ``VNMLinear`` (a V:N:M-sparse nn.Linear, compressed
-storage, forward on sparse tensor cores) and ``TwELLFFN`` (a ReLU-gated FFN block whose
-activations travel as TwELL). Needs torch."""
+storage, forward on sparse tensor cores), ``TwELLFFN`` (a ReLU-gated FFN block whose
+activations travel as TwELL, inference) and ``SparseReLUFFN`` (the same block for training, its
+activations kept for the backward in the hybrid ELL + dense-backup format). Needs torch."""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from sparsejit import ops as sops
+from sparsejit._lib import HybridReport
 from sparsejit.formats import VNMMatrix, to_bits, vnm_decompress, vnm_layout
 
 
@@ -236,6 +238,149 @@ class TwELLFFN(nn.Module):
         y = ops.twell_ffn(x2, entries, counts, spill, self.wu_t, self.wd, self.tile, self.capacity,
                                           self.sparsity, None)
         return y.reshape(*lead, self.d_model)
+
+
+def hybrid_weight_grads(x: torch.Tensor, dy: torch.Tensor, h, u_values: torch.Tensor, u_backup: torch.Tensor,
+                        dg_values: torch.Tensor, dg_backup: torch.Tensor, du_values: torch.Tensor,
+                        du_backup: torch.Tensor, want: tuple[bool, bool, bool] = (True, True, True)
+                        ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The three weight gradients of the ReLU FFN from the compact per-pair values of
+    hybrid_ffn_fwd / hybrid_ffn_dx over H's active pairs (t, j): dWgT[j] = sum_t dg X[t],
+    dWuT[j] = sum_t du X[t], dWd[j] = sum_t a u dY[t] (d_ff x d_model each, fp32; None where
+    ``want`` says so). x, dy: tokens x d_model; h: hybrid_gate's arrays, complete (no unplaced row).
+
+    A dense pass, to be replaced by sparse kernels (docs/training.md): each gradient scatters its
+    per-pair values into a dense tokens x d_ff fp32 temporary (zeros off the active pairs; one at
+    a time) and runs one torch.mm with x or dy, so it costs a dense weight gradient's time and a
+    tokens x d_ff fp32 buffer. Exact up to fp32 accumulation (the mm follows
+    torch.get_float32_matmul_precision, "highest" by default): only the active pairs carry values;
+    the arrays' unwritten slots (past a row's count, backup positions H holds no value at, backup
+    rows past the counter) are never read as values, whatever they hold."""
+    values, columns, nnz, _, owner, backup, counter = h
+    tokens, width = values.shape
+    rows, d_ff = backup.shape
+    dev = x.device
+    live = torch.arange(width, device=dev) < nnz[:, None]  # the ELL slots holding a pair
+    col = columns.to(torch.int64) & 0xFFFF  # int16 storage of the uint16 column
+    flat = torch.where(live, torch.arange(tokens, device=dev)[:, None] * d_ff + col, 0).reshape(-1)
+    held = backup != 0  # an overflow row's other pairs; rows past the counter are zero
+    owner_ = torch.where(torch.arange(rows, device=dev) < counter, owner, 0).to(torch.int64)
+
+    def dense(ell: torch.Tensor, bk: torch.Tensor) -> torch.Tensor:
+        """The tokens x d_ff fp32 matrix of per-pair values ell (ELL slots) and bk (backup rows)."""
+        d = torch.zeros(tokens * d_ff, dtype=torch.float32, device=dev)
+        d.index_put_((flat,), torch.where(live, ell, 0).reshape(-1), accumulate=True)  # off pairs add 0 at 0
+        return d.view(tokens, d_ff).index_add_(0, owner_, torch.where(held, bk, 0))
+
+    xf = x.float()
+    want_g, want_u, want_d = want
+    dwg = dense(dg_values, dg_backup).t() @ xf if want_g else None
+    dwu = dense(du_values, du_backup).t() @ xf if want_u else None
+    dwd = None
+    if want_d:
+        h_ell, h_bk = values.float() * u_values.float(), backup.float() * u_backup.float()
+        dwd = dense(h_ell, h_bk).t() @ dy.float()
+    return dwg, dwu, dwd
+
+
+class _SparseReLUFFNFn(torch.autograd.Function):
+    """y = Wd . (a (.) (Wu . x)) from the hybrid activations a (hybrid_gate's arrays, an input
+    without gradient); forward hybrid_ffn_fwd, backward hybrid_ffn_dx then hybrid_weight_grads.
+    Saves x, the weights' references, H and u: no dense tokens x d_ff tensor."""
+
+    @staticmethod
+    def forward(ctx, x2, wg_t, wu_t, wd, sparsity: float, *h):
+        y, u_values, u_backup = sops.ops_for(x2, wu_t).hybrid_ffn_fwd(x2, list(h), wu_t, wd, sparsity, None)
+        ctx.save_for_backward(x2, wg_t, wu_t, wd, u_values, u_backup, *h)
+        ctx.sparsity = sparsity
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x2, wg_t, wu_t, wd, u_values, u_backup, *h = ctx.saved_tensors
+        dy = gy.to(x2.dtype).contiguous()
+        dx, *pairs = sops.ops_for(dy, x2).hybrid_ffn_dx(dy, h, u_values, u_backup, wg_t, wu_t, wd, ctx.sparsity, None)
+        grads = hybrid_weight_grads(x2, dy, h, u_values, u_backup, *pairs, want=ctx.needs_input_grad[1:4])
+        return (dx if ctx.needs_input_grad[0] else None, *(None if g is None else g.to(x2.dtype) for g in grads),
+                None, *(None for _ in h))
+
+
+def _in_range(what: str, value: int, lo: int, hi: Optional[int] = None) -> None:
+    """Refuses a SparseReLUFFN argument outside lo..hi (no upper bound when hi is None), naming it."""
+    if value < lo or (hi is not None and value > hi):
+        accepted = f"{lo}..{hi}" if hi is not None else f"{lo} or more"
+        raise ValueError(f"SparseReLUFFN: {what} = {value}: expected {accepted}")
+
+
+class SparseReLUFFN(nn.Module):
+    """The ReLU-gated FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) for training, its activations
+    kept in the hybrid format (docs/training.md, "Training with sparse activations"): per token up
+    to ``ell_width`` non-zeros in an ELL row, an overflow token's rest in a row of a dense backup.
+
+    Weights one row per d_ff unit, as Parameters: wg_t, wu_t, wd (d_ff x d_model, f16 or bf16).
+    Per call: the gate GEMM writes the activations hybrid (``hybrid_gate``, tensor cores), the
+    forward computes u only at the active pairs and y from them (``hybrid_ffn_fwd``), and the
+    backward gets dh, dg, du at the active pairs and dx (``hybrid_ffn_dx``); what is kept for the
+    backward is x, H and u, no dense tokens x d_ff tensor. The three weight gradients come from
+    those compact per-pair values through ``hybrid_weight_grads``, a dense torch pass (a tokens x
+    d_ff fp32 temporary and a torch.mm each) to be replaced by sparse kernels.
+
+    The backup: ``backup_rows`` is its capacity (clamped to the tokens of a call). After the gate
+    the module reads back how many rows overflowed - a synchronisation, so a forward is not
+    CUDA-graph capturable and does not trace under torch.compile (the ops alone do) - and when
+    they exceed the capacity it grows ``backup_rows`` to them plus an eighth (at most the tokens)
+    and runs the gate again: no row is ever dropped. ``last_report`` (an sj_hybrid_report) says
+    where the last call's rows went. ``sparsity``: the activations' expected fraction of zeros
+    (picks the tuned kernels)."""
+
+    def __init__(self, d_model: int, d_ff: int, ell_width: int = 128, backup_rows: int = 0, sparsity: float = 0.99,
+                 dtype: torch.dtype = torch.bfloat16, device: Optional[torch.device] = None):
+        super().__init__()
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"SparseReLUFFN: dtype {dtype}: expected torch.float16 or torch.bfloat16")
+        if d_model < 8 or d_model % 8:
+            raise ValueError(f"SparseReLUFFN: d_model = {d_model}: expected a positive multiple of 8")
+        _in_range("d_ff", d_ff, 1, 65536)
+        _in_range("ell_width", ell_width, 1, d_ff)
+        _in_range("backup_rows", backup_rows, 0)
+        if not 0.0 <= sparsity < 1.0:
+            raise ValueError(f"SparseReLUFFN: sparsity = {sparsity}: expected a fraction of zeros in [0, 1)")
+        self.d_model, self.d_ff, self.ell_width, self.sparsity = d_model, d_ff, ell_width, sparsity
+        self.backup_rows = backup_rows
+        self.last_report: Optional[HybridReport] = None
+        self.wg_t = nn.Parameter(torch.empty(d_ff, d_model, dtype=dtype, device=device))
+        self.wu_t = nn.Parameter(torch.empty(d_ff, d_model, dtype=dtype, device=device))
+        self.wd = nn.Parameter(torch.empty(d_ff, d_model, dtype=dtype, device=device))
+        for w in (self.wg_t, self.wu_t, self.wd):
+            nn.init.normal_(w, std=d_model ** -0.5)
+
+    def activations(self, x2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """relu(x2 . Wg) as hybrid_gate's arrays, complete: the gate, one read of the overflow
+        count (synchronises), and when the backup was too small a larger one and the gate again."""
+        tokens, w = x2.shape[0], self.ell_width
+        ops = sops.ops_for(x2, self.wg_t)
+        x2, wg_t = x2.detach(), self.wg_t.detach()
+        rows = min(self.backup_rows, tokens)
+        h = ops.hybrid_gate(x2, wg_t, w, rows, self.sparsity)
+        nnz = h[2]
+        overflow, total, ell = torch.stack((h[6][0].to(torch.int64), nnz.sum(dtype=torch.int64),
+                                            nnz.clamp(max=w).sum(dtype=torch.int64))).tolist()
+        if overflow > rows:
+            self.backup_rows = min(tokens, overflow + overflow // 8)
+            h = ops.hybrid_gate(x2, wg_t, w, self.backup_rows, self.sparsity)
+        self.last_report = HybridReport(rows_ell=tokens - overflow, rows_backup=overflow, rows_unplaced=0,
+                                        backup_needed=overflow, nnz=total, nnz_ell=ell, nnz_backup=total - ell)
+        return h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.d_model).to(self.wg_t.dtype).contiguous()
+        y = _SparseReLUFFNFn.apply(x2, self.wg_t, self.wu_t, self.wd, self.sparsity, *self.activations(x2))
+        return y.reshape(*lead, self.d_model)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, d_ff={self.d_ff}, ell_width={self.ell_width}, "
+                f"backup_rows={self.backup_rows}, sparsity={self.sparsity}")
 
 
 class GMP:

@@ -1,5 +1,6 @@
 """The PyTorch ops: torch.library custom ops ``torch.ops.sparsejit.{vnm_compress, vnm_spmm,
-vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn}`` with fake (meta) implementations, so torch.compile traces them without a
+vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn, hybrid_gate, hybrid_ffn_fwd,
+hybrid_ffn_dx}`` with fake (meta) implementations, so torch.compile traces them without a
 GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
 or waits for the device (the first call of a shape loads its kernel: make it before capture).
@@ -19,8 +20,8 @@ from typing import Optional
 
 import torch
 
-from sparsejit._lib import GmpSchedule, GmpTarget, Problem, TwellDevice, TwellLayout, VnmDevice, VnmLayout, call, \
-    check, lib
+from sparsejit._lib import GmpSchedule, GmpTarget, HybridDevice, HybridLayout, Problem, TwellDevice, TwellLayout, \
+    VnmDevice, VnmLayout, call, check, lib
 from sparsejit.context import Context
 from sparsejit.formats import SELECT, twell_layout, vnm_layout
 from sparsejit.problem import workspace_size
@@ -36,6 +37,7 @@ _PLANS = 4096
 _VNM_SPMM, _VNM_COMPRESS, _VNM_DW = lib.sj_vnm_spmm, lib.sj_vnm_compress_device_ws, lib.sj_vnm_dw
 _VNM_DX_EXACT, _VNM_DOUBLE_PRUNE, _GMP_PRUNE = lib.sj_vnm_dx_exact, lib.sj_vnm_double_prune, lib.sj_gmp_prune
 _TWELL_GATE, _TWELL_FFN = lib.sj_twell_gate, lib.sj_twell_ffn_ws
+_HYBRID_GATE, _HYBRID_FFN_FWD, _HYBRID_FFN_DX = lib.sj_hybrid_gate, lib.sj_hybrid_ffn_fwd, lib.sj_hybrid_ffn_dx
 # The current stream's cudaStream_t as an int (what torch.compile's generated code calls):
 # torch.cuda.current_stream builds a Stream object per call, several us.
 # Absent from CPU-only builds of torch, which have no CUDA tensors for an op to launch on.
@@ -411,6 +413,13 @@ def _(w, mask, step, initial_sparsity, final_sparsity, start_step, interval, n_s
 # ---------------------------------------------------------------- TwELL
 
 
+def _weights_fit(what: str, dtype: torch.dtype, d_ff: int, d_model: int, **weights: torch.Tensor) -> None:
+    """Refuses an FFN weight that is not d_ff x d_model of dtype, naming it."""
+    for name, t in weights.items():
+        if t.dtype != dtype or tuple(t.shape) != (d_ff, d_model):
+            raise ValueError(f"{what}: {name} is {tuple(t.shape)} {t.dtype}; expected ({d_ff}, {d_model}) {dtype}")
+
+
 def _twell_gate(x: torch.Tensor, wg_t: torch.Tensor, tile: int, capacity: int,
                sparsity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """H = relu(x . Wg) as TwELL (entries int32 [tokens, tiles, C], counts int32 [tokens, tiles],
@@ -459,9 +468,7 @@ def _twell_ffn(x: torch.Tensor, entries: torch.Tensor, counts: torch.Tensor, spi
     _name(dt, "twell_ffn: x")
     tokens, d_model = x.shape
     d_ff = wu_t.shape[0]
-    for t, what in ((wu_t, "wu_t"), (wd, "wd")):
-        if t.dtype != dt or t.shape != (d_ff, d_model):
-            raise ValueError(f"twell_ffn: {what} is {tuple(t.shape)} {t.dtype}; expected ({d_ff}, {d_model}) {dt}")
+    _weights_fit("twell_ffn", dt, d_ff, d_model, wu_t=wu_t, wd=wd)
     out_dt = out_dtype or dt
     lay, shapes, p, need = _twell_ffn_plan(tokens, d_ff, tile, capacity, dt, d_model, out_dt, sparsity)
     if (entries.shape, counts.shape, spill.shape) != shapes:
@@ -484,13 +491,246 @@ def _(x, entries, counts, spill, wu_t, wd, tile, capacity, sparsity, out_dtype=N
     return x.new_empty(x.shape[0], x.shape[1], dtype=out_dtype or x.dtype)
 
 
+# ---------------------------------------------------------------- hybrid activations (training)
+# H = relu(x . Wg) (tokens x d_ff) in the hybrid format of include/sparsejit.h: per token up to
+# W non-zeros in an ELL row, an overflow row's rest in a row of a dense backup of backup_rows
+# rows. Its arrays are torch tensors (HYBRID_ARRAYS, sj_hybrid_device's order) that hybrid_gate
+# returns and the FFN ops take as ``h``; the backup's capacity is the caller's argument, so every
+# output shape follows from the arguments and the fakes need no data. Whether the backup held
+# every overflow row is the counter's to say (h[6] > backup_rows: run the gate again with a
+# larger backup); sparsejit.nn.SparseReLUFFN does that.
+
+#: The arrays of a hybrid matrix in sj_hybrid_device's order.
+HYBRID_ARRAYS = ("values", "columns", "nnz", "slot", "owner", "backup", "counter")
+_OP_HYBRID_FFN_FWD, _OP_HYBRID_FFN_DX = 10, 11  # sj_op (include/sparsejit.h)
+
+
+def hybrid_shapes(tokens: int, d_ff: int, width: int, backup_rows: int,
+                  dtype: torch.dtype) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+    """(shape, dtype) of each of HYBRID_ARRAYS: values (tokens x W, dtype), columns (tokens x W,
+    int16 holding the uint16 column), nnz and slot (tokens, int32), owner (backup_rows, int32),
+    backup (backup_rows x d_ff, dtype), counter (1, int32: the overflow rows, placed or not)."""
+    return (((tokens, width), dtype), ((tokens, width), torch.int16), ((tokens,), torch.int32),
+            ((tokens,), torch.int32), ((backup_rows,), torch.int32), ((backup_rows, d_ff), dtype),
+            ((1,), torch.int32))
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _hybrid_layout(tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype) -> HybridLayout:
+    lay = HybridLayout()
+    call("sj_hybrid_layout_init", _byref(lay), _SJ_DTYPE[dtype], tokens, d_ff, width, backup_rows)
+    return lay
+
+
+def _with_law(p: Problem, sparsity: float) -> Problem:
+    """p with the activations' expected fraction of zeros (which picks the tuned kernel), checked."""
+    p.twell_sparsity = sparsity
+    call("sj_problem_validate", _byref(p))
+    return p
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _hybrid_gate_plan(tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype, d_model: int,
+                      sparsity: float) -> tuple[HybridLayout, Problem]:
+    lay = _hybrid_layout(tokens, d_ff, width, backup_rows, dtype)
+    p = Problem()
+    call("sj_hybrid_gate_problem", _byref(lay), d_model, _byref(p))
+    return lay, _with_law(p, sparsity)
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def _hybrid_ffn_plan(op: int, tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype,
+                     d_model: int, out_dtype: torch.dtype, sparsity: float) -> tuple[HybridLayout, Problem]:
+    """The layout and the problem of hybrid-ffn-fwd or hybrid-ffn-dx (op, an sj_op)."""
+    _name(out_dtype, "hybrid_ffn: out_dtype", _ALL)
+    lay = _hybrid_layout(tokens, d_ff, width, backup_rows, dtype)
+    p = Problem()
+    call("sj_hybrid_ffn_problem", _byref(lay), op, d_model, _byref(p))
+    p.out_dtype = _SJ_DTYPE[out_dtype]
+    return lay, _with_law(p, sparsity)
+
+
+def _gate_checks(x: torch.Tensor, wg_t: torch.Tensor, width: int, backup_rows: int,
+                 sparsity: float) -> tuple[HybridLayout, Problem]:
+    """The plan of a gate call after checking its operands (the fake's checks too)."""
+    _name(x.dtype, "hybrid_gate: x")
+    if x.dim() != 2 or x.shape[1] % 8:
+        raise ValueError(f"hybrid_gate: x is {tuple(x.shape)}; expected tokens x d_model with d_model a multiple "
+                         "of 8 (pad with zeros)")
+    if wg_t.dim() != 2 or wg_t.dtype != x.dtype or wg_t.shape[1] != x.shape[1]:
+        raise ValueError(f"hybrid_gate: wg_t {tuple(wg_t.shape)} {wg_t.dtype} does not fit x "
+                         f"{tuple(x.shape)} {x.dtype} (expected d_ff x d_model of x's dtype)")
+    return _hybrid_gate_plan(x.shape[0], wg_t.shape[0], width, backup_rows, x.dtype, x.shape[1], sparsity)
+
+
+def _hybrid_gate(x: torch.Tensor, wg_t: torch.Tensor, width: int, backup_rows: int,
+                 sparsity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                           torch.Tensor, torch.Tensor]:
+    """H = relu(x . Wg) in the hybrid format, the row partition decided on the GPU (sj_hybrid_gate:
+    the gate GEMM on tensor cores, its epilogue writing the ELL and claiming backup rows with an
+    atomic counter): x tokens x d_model (d_model a multiple of 8), wg_t d_ff x d_model (d_ff up to
+    65536); width W: 1..d_ff; backup_rows: 0..tokens; sparsity: the activations' expected fraction
+    of zeros in [0, 1), which picks the tuned kernel. Returns HYBRID_ARRAYS (hybrid_shapes).
+    Asynchronous: when counter > backup_rows the surplus overflow rows are unplaced and the FFN
+    ops give NaN rows for them; run it again with backup_rows >= counter (a read: synchronises)."""
+    _check(x, "hybrid_gate: x", 2)
+    _check(wg_t, "hybrid_gate: wg_t", 2)
+    lay, p = _gate_checks(x, wg_t, width, backup_rows, sparsity)
+    h = tuple(torch.empty(shape, dtype=dt, device=x.device)
+              for shape, dt in hybrid_shapes(x.shape[0], wg_t.shape[0], width, backup_rows, x.dtype))
+    handle, stream = _ctx_stream(x)
+    check(_HYBRID_GATE(handle, _byref(p), x.data_ptr(), wg_t.data_ptr(), _byref(_hybrid_device(lay, h)), stream),
+          "sj_hybrid_gate")
+    return h
+
+
+hybrid_gate = torch.library.custom_op("sparsejit::hybrid_gate", _hybrid_gate, mutates_args=())
+
+
+@hybrid_gate.register_fake
+def _(x, wg_t, width, backup_rows, sparsity):
+    _gate_checks(x, wg_t, width, backup_rows, sparsity)
+    return tuple(x.new_empty(shape, dtype=dt) for shape, dt in hybrid_shapes(
+        x.shape[0], wg_t.shape[0], width, backup_rows, x.dtype))
+
+
+def _hybrid_device(lay: HybridLayout, h) -> HybridDevice:
+    return HybridDevice(lay, *(t.data_ptr() for t in h))
+
+
+def _hybrid_arrays(h, tokens: int, d_ff: int, dtype: torch.dtype, what: str) -> tuple[int, int]:
+    """(W, backup_rows) of h after checking that its arrays are those of hybrid_gate for tokens x d_ff."""
+    if len(h) != len(HYBRID_ARRAYS):
+        raise ValueError(f"{what}: h holds {len(h)} tensors; expected hybrid_gate's {len(HYBRID_ARRAYS)} "
+                         f"({', '.join(HYBRID_ARRAYS)})")
+    width = h[0].shape[-1] if h[0].dim() else 0
+    backup_rows = h[5].shape[0] if h[5].dim() else 0
+    for name, t, (shape, dt) in zip(HYBRID_ARRAYS, h, hybrid_shapes(tokens, d_ff, width, backup_rows, dtype)):
+        if tuple(t.shape) != shape or t.dtype != dt:
+            raise ValueError(f"{what}: h.{name} is {tuple(t.shape)} {t.dtype}; expected {shape} {dt} "
+                             f"(hybrid_gate's arrays for {tokens} tokens x d_ff {d_ff})")
+    return width, backup_rows
+
+
+def _pairs_fit(what: str, width: int, backup_rows: int, d_ff: int, tokens: int, dtype: torch.dtype,
+               **pairs: torch.Tensor) -> None:
+    """Per-pair arrays: name_values tokens x W, name_backup backup_rows x d_ff, of dtype."""
+    for name, t in pairs.items():
+        shape = (tokens, width) if name.endswith("values") else (backup_rows, d_ff)
+        if tuple(t.shape) != shape or t.dtype != dtype:
+            raise ValueError(f"{what}: {name} is {tuple(t.shape)} {t.dtype}; expected {shape} {dtype} (h's pairs)")
+
+
+def _fwd_checks(x, h, wu_t, wd, sparsity, out_dtype) -> tuple[HybridLayout, Problem]:
+    """The plan of a hybrid_ffn_fwd call after checking its operands (the fake's checks too)."""
+    _name(x.dtype, "hybrid_ffn_fwd: x")
+    if x.dim() != 2:
+        raise ValueError(f"hybrid_ffn_fwd: x is {tuple(x.shape)}; expected tokens x d_model")
+    (tokens, d_model), d_ff = x.shape, wu_t.shape[0]
+    _weights_fit("hybrid_ffn_fwd", x.dtype, d_ff, d_model, wu_t=wu_t, wd=wd)
+    width, backup_rows = _hybrid_arrays(h, tokens, d_ff, x.dtype, "hybrid_ffn_fwd")
+    return _hybrid_ffn_plan(_OP_HYBRID_FFN_FWD, tokens, d_ff, width, backup_rows, x.dtype, d_model,
+                            out_dtype or x.dtype, sparsity)
+
+
+def _hybrid_ffn_fwd(x: torch.Tensor, h: list[torch.Tensor], wu_t: torch.Tensor, wd: torch.Tensor, sparsity: float,
+                    out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training forward over hybrid_gate's H (sj_hybrid_ffn_fwd, CUDA cores, one CTA a token):
+    (y, u_values, u_backup) with u = x[t] . WuT[j] at H's active pairs only (a sampled product;
+    u_values tokens x W at the pairs' ELL slots, u_backup backup_rows x d_ff at their backup
+    positions, x's dtype, nothing else of them written) and y = sum_j a u Wd[j] (tokens x
+    d_model, out_dtype, default x's). wu_t, wd d_ff x d_model. What the backward needs is x, H
+    and u."""
+    _check(x, "hybrid_ffn_fwd: x", 2)
+    _check(wu_t, "hybrid_ffn_fwd: wu_t", 2)
+    _check(wd, "hybrid_ffn_fwd: wd", 2)
+    lay, p = _fwd_checks(x, h, wu_t, wd, sparsity, out_dtype)
+    for name, t in zip(HYBRID_ARRAYS, h):
+        _check(t, f"hybrid_ffn_fwd: h.{name}", t.dim())
+    y = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
+    u_values = torch.empty(x.shape[0], lay.width, dtype=x.dtype, device=x.device)
+    u_backup = torch.empty(lay.backup_rows, lay.cols, dtype=x.dtype, device=x.device)
+    handle, stream = _ctx_stream(x)
+    check(_HYBRID_FFN_FWD(handle, _byref(p), x.data_ptr(), _byref(_hybrid_device(lay, h)), wu_t.data_ptr(),
+                          wd.data_ptr(), y.data_ptr(), u_values.data_ptr(), u_backup.data_ptr(), stream),
+          "sj_hybrid_ffn_fwd")
+    return y, u_values, u_backup
+
+
+hybrid_ffn_fwd = torch.library.custom_op("sparsejit::hybrid_ffn_fwd", _hybrid_ffn_fwd, mutates_args=())
+
+
+@hybrid_ffn_fwd.register_fake
+def _(x, h, wu_t, wd, sparsity, out_dtype=None):
+    lay, _ = _fwd_checks(x, h, wu_t, wd, sparsity, out_dtype)
+    return (x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape[0], lay.width),
+            x.new_empty(lay.backup_rows, lay.cols))
+
+
+def _dx_hybrid_checks(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity,
+                      out_dtype) -> tuple[HybridLayout, Problem]:
+    """The plan of a hybrid_ffn_dx call after checking its operands (the fake's checks too)."""
+    _name(dy.dtype, "hybrid_ffn_dx: dy")
+    if dy.dim() != 2:
+        raise ValueError(f"hybrid_ffn_dx: dy is {tuple(dy.shape)}; expected tokens x d_model")
+    (tokens, d_model), d_ff = dy.shape, wd.shape[0]
+    _weights_fit("hybrid_ffn_dx", dy.dtype, d_ff, d_model, wg_t=wg_t, wu_t=wu_t, wd=wd)
+    width, backup_rows = _hybrid_arrays(h, tokens, d_ff, dy.dtype, "hybrid_ffn_dx")
+    _pairs_fit("hybrid_ffn_dx", width, backup_rows, d_ff, tokens, dy.dtype, u_values=u_values, u_backup=u_backup)
+    return _hybrid_ffn_plan(_OP_HYBRID_FFN_DX, tokens, d_ff, width, backup_rows, dy.dtype, d_model,
+                            out_dtype or dy.dtype, sparsity)
+
+
+def _hybrid_ffn_dx(dy: torch.Tensor, h: list[torch.Tensor], u_values: torch.Tensor, u_backup: torch.Tensor,
+                   wg_t: torch.Tensor, wu_t: torch.Tensor, wd: torch.Tensor, sparsity: float,
+                   out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                     torch.Tensor, torch.Tensor]:
+    """The backward through the activations (sj_hybrid_ffn_dx, CUDA cores, one CTA a token), from
+    dy (tokens x d_model) and what hybrid_ffn_fwd left (H, u): per active pair the sampled
+    dh = dy[t] . Wd[j], du = dh a, dg = dh u, as fp32 (dg_values, du_values tokens x W;
+    dg_backup, du_backup backup_rows x d_ff; at the pairs' positions only), and
+    dx = sum_j dg WgT[j] + du WuT[j] (tokens x d_model, out_dtype, default dy's). Returns
+    (dx, dg_values, dg_backup, du_values, du_backup); the weight gradients are sums of these
+    compact values times rows of x and dy (sparsejit.nn.hybrid_weight_grads)."""
+    for t, what in ((dy, "dy"), (u_values, "u_values"), (u_backup, "u_backup"), (wg_t, "wg_t"), (wu_t, "wu_t"),
+                    (wd, "wd")):
+        _check(t, f"hybrid_ffn_dx: {what}", 2)
+    lay, p = _dx_hybrid_checks(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype)
+    for name, t in zip(HYBRID_ARRAYS, h):
+        _check(t, f"hybrid_ffn_dx: h.{name}", t.dim())
+    dx = torch.empty(dy.shape, dtype=out_dtype or dy.dtype, device=dy.device)
+    dg_values, du_values = (torch.empty(dy.shape[0], lay.width, dtype=torch.float32, device=dy.device)
+                            for _ in range(2))
+    dg_backup, du_backup = (torch.empty(lay.backup_rows, lay.cols, dtype=torch.float32, device=dy.device)
+                            for _ in range(2))
+    handle, stream = _ctx_stream(dy)
+    check(_HYBRID_FFN_DX(handle, _byref(p), dy.data_ptr(), _byref(_hybrid_device(lay, h)), u_values.data_ptr(),
+                         u_backup.data_ptr(), wg_t.data_ptr(), wu_t.data_ptr(), wd.data_ptr(), dx.data_ptr(),
+                         dg_values.data_ptr(), dg_backup.data_ptr(), du_values.data_ptr(), du_backup.data_ptr(),
+                         stream), "sj_hybrid_ffn_dx")
+    return dx, dg_values, dg_backup, du_values, du_backup
+
+
+hybrid_ffn_dx = torch.library.custom_op("sparsejit::hybrid_ffn_dx", _hybrid_ffn_dx, mutates_args=())
+
+
+@hybrid_ffn_dx.register_fake
+def _(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype=None):
+    lay, _ = _dx_hybrid_checks(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype)
+    ell, bk = (dy.shape[0], lay.width), (lay.backup_rows, lay.cols)
+    f32 = torch.float32
+    return (dy.new_empty(dy.shape, dtype=out_dtype or dy.dtype), dy.new_empty(ell, dtype=f32),
+            dy.new_empty(bk, dtype=f32), dy.new_empty(ell, dtype=f32), dy.new_empty(bk, dtype=f32))
+
+
 # ---------------------------------------------------------------- eager calls without the dispatcher
 
 #: The ops' Python bodies under the torch.ops names: the same checks, allocations and launch as
 #: torch.ops.sparsejit.<name>, without the custom-op dispatch around them (tens of us of host
 #: time per call; bench/torch_vnm_bench.py's launch cost measures both).
 EAGER = SimpleNamespace(**{n: globals()["_" + n] for n in (
-    "vnm_compress", "vnm_spmm", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn")})
+    "vnm_compress", "vnm_spmm", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn",
+    "hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx")})
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -502,6 +742,6 @@ def ops_for(*tensors: torch.Tensor):
     torch.export tracing, FX tracing (make_fx), an active TorchDispatchMode (fake tensors, flop
     counters), or a tensor subclass other than Parameter."""
     if (torch.compiler.is_compiling() or torch.fx._symbolic_trace.is_fx_tracing()
-            or torch._C._len_torch_dispatch_mode() > 0 or any(type(t) not in _PLAIN for t in tensors)):
+            or torch._C._len_torch_dispatch_stack() > 0 or any(type(t) not in _PLAIN for t in tensors)):
         return torch.ops.sparsejit
     return EAGER
