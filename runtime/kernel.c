@@ -267,7 +267,7 @@ static sj_status fall_back_to_default(sj_context *ctx, const loaded_kernel *k, C
 
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
 {
-    if (n_args != k->n_params)
+    if (n_args < k->n_params)
         return error_set(SJ_ERR_UNSUPPORTED, "launching %s (config %s): the kernel takes %u parameters, the op passed %zu",
                          k->template_name, k->config, k->n_params, n_args);
     /* The context may be used from another thread than the one that created it. */

@@ -51,9 +51,10 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
  * template's default), owned by the context: the tuner's reference kernels, bench, forced configs. */
 sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char *tname, const char *config,
                                 const loaded_kernel **out);
-/* Launches with the kernel's geometry. args: the op's ABI (templates/README.md), n_args of them;
- * a count that differs from the kernel's parameter list is refused (cuLaunchKernel would read
- * past args and crash the process). Pass an array as RT_ARGS(array). */
+/* Launches with the kernel's geometry. args: the op's ABI (templates/README.md), n_args of them.
+ * Fewer than the kernel's parameters are refused (cuLaunchKernel would read past args and crash
+ * the process); more are fine: a variant may take a prefix of its op's ABI (twell-ffn's ALGO=0
+ * reads no workspace or tensor maps). Pass an array as RT_ARGS(array). */
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream);
 #define RT_ARGS(array) (array), (sizeof(array) / sizeof *(array))
 

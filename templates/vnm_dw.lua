@@ -16,7 +16,7 @@
 -- metadata nibble names, one 4- or 8-byte store per pair in fragment order (consecutive threads,
 -- consecutive words). Work: 4/M of the dense dW's, of which half is kept (the 2:4 inside).
 --
--- WG=1 (sm_90a; a tuning-space variant, not yet measured on a GPU, so no default takes it): the
+-- WG=1 (sm_90a; the default there from V=128 with 64+ column groups, bench/RESULTS.md): the
 -- same ring, gather and epilogue, but each warpgroup multiplies a 64 x BN slab with
 -- wgmma.mma_async from shared-memory descriptors (BK=64: the ring's XOR swizzle is then exactly
 -- wgmma's 128-byte pattern, the ring aligned to 1024 bytes), as the twell gate's WG=1 does; WM=64
@@ -124,15 +124,19 @@ local function space(problem)
   return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg }
 end
 
--- Candidates in order of preference, first valid wins: BM as large as the V block allows (the
--- gathered X rows are shared by more rows), 128 gathered columns, 64-token stages. Not yet
--- measured on a GPU: the tuner's space holds the rest.
+-- Candidates in order of preference, first valid wins. On sm_90a with V >= 128 and at least 64
+-- column groups: WG=1 over 128 x 256 tiles (H100, 2026-12-07, bf16 over 8192 tokens: 1006 vs
+-- 1179 us at 11008 x 4096 2:8, 512 vs 604 at 2:16, 4826 vs 6174 at 28672 x 8192 2:8, 2535 vs
+-- 3083 at 2:16, against the WG=0 default below; WG=1 with 128 gathered columns was no faster
+-- than WG=0). Elsewhere WG=0: BM as large as the V block allows (the gathered X rows are shared
+-- by more rows), 128 gathered columns, 64-token stages.
 local PREFERRED = {
-  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3 },
-  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3 },
-  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3 },
-  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3 },
-  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2 },
+  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1 },
+  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0 },
+  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0 },
+  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0 },
+  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3, WG = 0 },
+  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0 },
 }
 
 local function default(problem)
@@ -140,9 +144,10 @@ local function default(problem)
   if not ok then error("vnm_dw: unsupported problem: " .. why, 0) end
   local nk = cdiv(problem.K, 64)
   for _, t in ipairs(PREFERRED) do
-    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = 0 }
+    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = t.WG }
     if cfg.BK == 64 then cfg.STAGES = math.min(cfg.STAGES, nk + 1) end
-    if valid(problem, cfg) then return cfg end
+    -- WG=1 only where it was measured: a full 256-column tile of groups
+    if valid(problem, cfg) and (cfg.WG == 0 or layout(problem).GP >= 64) then return cfg end
   end
   error("vnm_dw: no default config fits " .. problem.arch, 0)
 end
