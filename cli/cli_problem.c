@@ -19,14 +19,18 @@ static const char options_help[] =
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
     "  --vnm V:N:M        V:N:M sparsity for the vnm-* ops (default 64:2:8)\n"
     "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
-    "  --d-ff N           FFN inner size for twell-ffn / the n of twell-gate\n"
+    "  --d-ff N           FFN inner size for twell-ffn and the hybrid FFN ops (twell-gate and\n"
+    "                     hybrid-gate take it as the shape's N)\n"
     "  --sparsity S       twell-*: the activations' expected fraction of zeros, in (0, 1) (default\n"
     "                     0.99); tune and bench generate inputs at it and the cache key carries it\n"
     "  --skew A           twell-*: how unevenly the d_ff units fire in those inputs: 0 (default)\n"
     "                     every unit alike; A > 0: the unit of rank r fires at a rate ~ r^-A (max\n"
-    "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n";
+    "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n"
+    "  (an option the op does not read is refused, exit 2)\n";
 
 static int out_set, shape_set;
+static unsigned given;             /* OP_READS_* of the options given: each must be read by the op */
+static const char *given_name[3];  /* per OP_READS_* bit, the last option that set it */
 static cli_ops takes;
 static const op_bench *bench;
 
@@ -47,6 +51,7 @@ void cli_problem_begin(sj_problem *p, cli_ops ops)
     sj_problem_init(p, SJ_OP_GEMM, SJ_DTYPE_F16, 0, 0, 0);
     out_set = 0;
     shape_set = 0;
+    given = 0;
     takes = ops;
     bench = NULL;
 }
@@ -116,6 +121,12 @@ int cli_parse_fields(const char *opt, const char *val, const cli_fields *f, long
     return 1;
 }
 
+static void note_given(unsigned field, const char *opt)
+{
+    given |= field;
+    given_name[field == OP_READS_VNM ? 0 : field == OP_READS_TWELL ? 1 : 2] = opt;
+}
+
 /* Parses one separated option value, printing why not. */
 static int option_fields(const char *opt, const char *val, const cli_fields *f, long long *v)
 {
@@ -159,10 +170,12 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         p->vnm_v = (int)v[0];
         p->vnm_n = (int)v[1];
         p->vnm_m = (int)v[2];
+        note_given(OP_READS_VNM, opt);
     } else if (!strcmp(opt, "--twell")) {
         if (!option_fields(opt, val, &cli_twell_fields, v)) return -1;
         p->twell_tile = (int)v[0];
         p->twell_capacity = (int)v[1];
+        note_given(OP_READS_TWELL, opt);
     } else if (!strcmp(opt, "--sparsity")) {
         char *end;
         double s = strtod(val, &end);
@@ -171,6 +184,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
             return -1;
         }
         p->twell_sparsity = s;
+        note_given(OP_READS_TWELL, opt);
     } else if (!strcmp(opt, "--skew")) {
         char *end;
         double a = strtod(val, &end);
@@ -179,9 +193,11 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
             return -1;
         }
         p->twell_skew = a;
+        note_given(OP_READS_TWELL, opt);
     } else {
         if (!cli_parse_int(NULL, opt, val, 1, PROBLEM_MAX_DIM, &v[0])) return -1;
         p->d_ff = v[0];
+        note_given(OP_READS_D_FF, opt);
     }
     return 1;
 bad:
@@ -202,10 +218,29 @@ int cli_parse_int(const char *cmd, const char *opt, const char *val, long long l
     return 1;
 }
 
+/* An option the op does not read would be ignored: refused instead, naming the ops that read it. */
+static int options_read(const op_desc *d)
+{
+    static const unsigned fields[] = { OP_READS_VNM, OP_READS_TWELL, OP_READS_D_FF };
+    for (int f = 0; f < 3; f++) {
+        if (!(given & fields[f]) || (d->reads & fields[f])) continue;
+        char readers[512] = "";
+        size_t n = 0;
+        for (int i = 0; i < op_count(); i++)
+            if ((op_at(i)->reads & fields[f]) && n < sizeof readers)
+                n += (size_t)snprintf(readers + n, sizeof readers - n, "%s%s", n ? ", " : "", op_at(i)->name);
+        fprintf(stderr, "sparsejit: %s does not apply to --op %s (ops that read it: %s)\n", given_name[f],
+                bench ? bench->name : d->name, readers);
+        return 0;
+    }
+    return 1;
+}
+
 int cli_problem_finish(sj_problem *p)
 {
     if (!out_set) p->out_dtype = p->dtype;
     const op_desc *d = op_find(p->op);
+    if (d && !options_read(d)) return 0;
     if (d && d->fill_defaults) d->fill_defaults(p);
     if (!shape_set) {
         fprintf(stderr, "sparsejit: --shape MxNxK is required\n");

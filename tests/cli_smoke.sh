@@ -94,6 +94,14 @@ done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
+# an option the op does not read is refused, not ignored
+for c in "gen --op gemm --vnm 64:2:8|--vnm does not apply to --op gemm (ops that read it: vnm-spmm" \
+         "tune --op vnm-spmm --sparsity 0.9|--sparsity does not apply to --op vnm-spmm (ops that read it: twell-gate" \
+         "bench --op vnm-train --twell 128:16|--twell does not apply to --op vnm-train" \
+         "gen --op twell-gate --d-ff 256|--d-ff does not apply to --op twell-gate"; do
+  out=$("$cli" ${c%%|*} --shape 64x256x64 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -qF -- "${c#*|}" || fail "${c%%|*}: must exit 2 with '${c#*|}' (got $rc: $out)"
+done
 out=$("$cli" bench --op vnm-compress --shape 64x64x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "vnm-compress is a conversion" || fail "bench --op vnm-compress must exit 2 (got $rc: $out)"
 out=$("$cli" bench --op twell-ffn-block --shape 64x256x256 --d-ff 1024 --sparsity 1.5 2>&1); rc=$?
