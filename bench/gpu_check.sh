@@ -6,7 +6,7 @@
 #
 #   bench/gpu_check.sh [--prebuilt BUILD_DIR] [--quick | --lean] [--only tests|bench]
 # --quick: the largest V:N:M shape only, fewer TwELL cases, 3 tuner seeds; --lean (one device
-# call, ~7 min on an H200): also only the test programs that use the GPU, f16 V:N:M with V=128,
+# call, ~7 min on an H200 before the 4 training-step rows were added; not re-timed): also only the test programs that use the GPU, f16 V:N:M with V=128,
 # the training step at 11008x4096 f16 2:8 and 2:16 only, 99%/99.9% TwELL at 8192 tokens (and
 # 2048 at 99%), no FFN algorithm comparison and no tuner comparison (bench/tune_compare.sh).
 # bench.log has every bench row's wall time, and the training step's parts timed alone.
