@@ -49,6 +49,11 @@ typedef struct op_desc {
     const char *name;              /* "vnm-spmm": sj_op_name, the CLI's --op, the cache key */
     const char *template_name;     /* "vnm_spmm": templates/<name>.lua */
     unsigned reads;                /* OP_READS_* */
+    /* The arguments its entry points launch with (templates/README.md's ABI). A template's
+     * kernel takes them or a prefix of them (twell-ffn's ALGO=0 and 1 read no tensor maps), never
+     * more: the op table's walk counts every variant's parameters, and rt_launch refuses fewer
+     * arguments than a loaded kernel's. 0: per kernel (gmp-prune's stages each have their own). */
+    unsigned n_args;
     int tunable;                   /* 0: one config (a conversion), never tuned, also not on miss */
     /* The op's own checks, after the common ones (sizes, dtypes); NULL when it has none. Errors
      * name the field and the accepted range. */

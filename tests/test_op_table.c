@@ -2,7 +2,7 @@
  * promises of its descriptor: a unique name that sj_op_parse and sj_op_name map both ways, an
  * example problem that validates and that op_normalize leaves alone, and per variant a kernel
  * that generates and compiles with NVRTC for each target from the variant's arch up, is refused
- * below it, and whose SASS holds the instructions the variant promises and no local memory.
+ * below it, takes no more parameters than the op launches with (n_args), and whose SASS holds the instructions the variant promises and no local memory.
  * An op added to the table (docs/adding-an-op.md) is walked with no change here. No GPU needed;
  * without cuobjdump the SASS checks skip visibly while generation and compilation still run. */
 #include "test_util.h"
@@ -199,6 +199,30 @@ static void check_sass(const op_variant *v, const void *cubin, size_t size, cons
 }
 
 /* Generates and compiles v for the example p on target t and checks its SASS. */
+/* The parameters of entry's definition in source (the commas at depth 1 of its list), -1 when
+ * the source defines no __global__ entry of that name. */
+static int entry_params(const char *source, const char *entry)
+{
+    size_t len = strlen(entry);
+    for (const char *at = strstr(source, entry); at; at = strstr(at + 1, entry)) {
+        const char *open = at + len;
+        while (*open == ' ' || *open == '\n') open++;
+        if (*open != '(' || at == source || (at[-1] != ' ' && at[-1] != '\n')) continue;
+        const char *line = at;
+        while (line > source && line[-1] != ';' && line[-1] != '}') line--;
+        if (!strstr(line, "__global__") || strstr(line, "__global__") > at) continue;
+        int depth = 0, commas = 0, any = 0;
+        for (const char *c = open; *c; c++) {
+            if (*c == '(') depth++;
+            else if (*c == ')' && --depth == 0) return any ? commas + 1 : 0;
+            else if (*c == ',' && depth == 1) commas++;
+            else if (depth == 1 && *c != ' ' && *c != '\n') any = 1;
+        }
+        return -1;
+    }
+    return -1;
+}
+
 static void compile_variant(const op_desc *d, const op_variant *v, const sj_problem *p, int t)
 {
     char where[128];
@@ -208,6 +232,13 @@ static void compile_variant(const op_desc *d, const op_variant *v, const sj_prob
     if (sj_generate(ctx_of[t], p, v->config, &g) != SJ_OK) fail_msg("%s: sj_generate: %s", where, sj_last_error());
     assert_string_equal(g->template_name, d->template_name);
     if (!selects(v->config, g->config)) fail_msg("%s: config %s does not select '%s'", where, g->config, v->config);
+    /* The launch passes the op's n_args: a kernel taking more would have the driver read past
+     * them (test_hybrid_ffn_gpu's segfault on the H100, 2026-12-07: 15 parameters, 12 passed). */
+    const int params = entry_params(g->source, g->entry);
+    if (params < 0) fail_msg("%s: no __global__ definition of %s in the generated source", where, g->entry);
+    if (d->n_args && (unsigned)params > d->n_args)
+        fail_msg("%s: %s takes %d parameters; the op launches with %u (templates/README.md)", where, g->entry, params,
+                 d->n_args);
     void *cubin = NULL;
     size_t size = 0;
     char *log = NULL;

@@ -15,6 +15,7 @@ const op_desc op_gemm = {
     .name = "gemm",
     .template_name = "gemm_dense",
     .reads = 0,
+    .n_args = 6,
     .tunable = 1,
     .harness = &harness_gemm,
     .baseline_help = "the same GEMM",
