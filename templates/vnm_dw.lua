@@ -21,6 +21,14 @@
 -- wgmma.mma_async from shared-memory descriptors (BK=64: the ring's XOR swizzle is then exactly
 -- wgmma's 128-byte pattern, the ring aligned to 1024 bytes), as the twell gate's WG=1 does; WM=64
 -- and WN=BN name the warpgroup's tile. WG=0: warps of WM x WN on ldmatrix + mma.sync.
+--
+-- WG=2 (sm_90a; a tuning-space variant not yet run on a GPU, no default takes it): warp
+-- specialised. Warpgroup 0 produces: it waits for a stage to be empty (mbarrier), gathers its dY
+-- and X rows with cp.async, and STAGES-2 stages later, once its own copies of a stage have
+-- landed (cp.async.wait_group), fences them into the async proxy and arrives on the stage's full
+-- mbarrier; warpgroups 1.. consume: wait for full, wgmma over the stage, and release the stage
+-- before through its empty mbarrier once their wgmmas on it are done. The loads no longer wait
+-- for the slowest warp at two block barriers per stage, as WG=1's do. WM=64 and WN=BN as for WG=1.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local vnm = require "lib.vnm_common"
@@ -47,10 +55,15 @@ local function layout(problem) return vnm.layout(problem.M, problem.N, problem.V
 
 local function pipe_bytes(cfg) return cfg.STAGES * (cfg.BM + 4 * cfg.BG) * cfg.BK * 2 end
 local function epi_bytes(cfg) return cfg.BM * (4 * cfg.BG + PAD) * 4 end
--- WG=1 adds 1024 bytes to align the ring by hand (wgmma's swizzle atoms use absolute smem bits).
+-- WG >= 1 adds 1024 bytes to align the ring by hand (wgmma's swizzle atoms use absolute smem
+-- bits); WG=2 also holds a full and an empty mbarrier per stage after the column index.
 local function smem_bytes(cfg)
-  return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 + (cfg.WG == 1 and 1024 or 0)
+  return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 + (cfg.WG >= 1 and 1024 or 0)
+         + (cfg.WG == 2 and 16 * cfg.STAGES or 0)
 end
+
+-- Registers a thread may use at THREADS per block (64K a block, one block per SM).
+local function regs_per_thread(threads) return 65536 // threads end
 
 local function problem_ok(problem)
   if problem.dtype ~= "f16" and problem.dtype ~= "bf16" then
@@ -82,14 +95,22 @@ local function valid(problem, cfg)
   if not member(BG_EDGES, cfg.BG) then return false, "BG=" .. cfg.BG .. " must be 8, 16, 32 or 64" end
   if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 32 or 64" end
   if BM > problem.V then return false, string.format("BM=%d exceeds V=%d: a CTA's rows share one V block's columns", BM, problem.V) end
-  if cfg.WG == 1 then
-    if problem.arch ~= "sm_90a" then return false, "WG=1 (wgmma) needs sm_90a, the target is " .. tostring(problem.arch) end
-    if BK ~= 64 then return false, "WG=1 needs BK=64 (128-byte rows: wgmma's swizzle), got BK=" .. BK end
-    if BM % 64 ~= 0 then return false, "WG=1 needs BM a multiple of 64 (one warpgroup per 64 rows), got BM=" .. BM end
+  if cfg.WG == 1 or cfg.WG == 2 then
+    local wg = "WG=" .. cfg.WG
+    if problem.arch ~= "sm_90a" then return false, wg .. " (wgmma) needs sm_90a, the target is " .. tostring(problem.arch) end
+    if BK ~= 64 then return false, wg .. " needs BK=64 (128-byte rows: wgmma's swizzle), got BK=" .. BK end
+    if BM % 64 ~= 0 then return false, wg .. " needs BM a multiple of 64 (one warpgroup per 64 rows), got BM=" .. BM end
     if WM ~= 64 or WN ~= BN then
-      return false, string.format("WG=1 takes WM=64 and WN=4*BG=%d (the warpgroup's tile), got WM=%d, WN=%d", BN, WM, WN)
+      return false, string.format("%s takes WM=64 and WN=4*BG=%d (the warpgroup's tile), got WM=%d, WN=%d", wg, BN, WM, WN)
     end
     if BN // 2 > MAX_ACC then return false, string.format("4*BG=%d: %d accumulators per thread, at most %d", BN, BN // 2, MAX_ACC) end
+    -- WG=2's producer warpgroup shares the register file: the consumers' accumulators and ~72
+    -- more registers must fit what 64K leaves each of the block's threads
+    local threads = (BM // 64 + 1) * 128
+    if cfg.WG == 2 and BN // 2 + 72 > regs_per_thread(threads) then
+      return false, string.format("WG=2 with BM=%d, 4*BG=%d: %d threads leave %d registers each, %d accumulators need ~%d",
+                                  BM, BN, threads, regs_per_thread(threads), BN // 2, BN // 2 + 72)
+    end
   elseif cfg.WG == 0 then
     if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
     if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
@@ -103,7 +124,7 @@ local function valid(problem, cfg)
       return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
     end
   else
-    return false, "WG=" .. cfg.WG .. " must be 0 (mma.sync) or 1 (wgmma)"
+    return false, "WG=" .. cfg.WG .. " must be 0 (mma.sync), 1 (wgmma) or 2 (wgmma, warp specialised)"
   end
   if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..4" end
   local nk = cdiv(problem.K, BK)
@@ -120,7 +141,7 @@ end
 local function space(problem)
   local wn = { table.unpack(WN_EDGES) }
   local wg = { 0 }
-  if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1 end
+  if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1; wg[3] = 2 end
   return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg }
 end
 
@@ -152,6 +173,35 @@ local function default(problem)
   error("vnm_dw: no default config fits " .. problem.arch, 0)
 end
 
+-- One config per algorithm, the tuner's first candidates (so a budgeted search sees each at its
+-- best-known tile): WG=0's default tile, and on sm_90a the first valid WG=1 and WG=2 tiles below.
+-- An algorithm with no valid tile for the problem is left out.
+local VARIANT_TILES = {
+  [1] = { { BM = 128, BG = 64, STAGES = 3 }, { BM = 64, BG = 32, STAGES = 3 }, { BM = 64, BG = 16, STAGES = 3 },
+          { BM = 64, BG = 8, STAGES = 2 } },
+  [2] = { { BM = 128, BG = 32, STAGES = 4 }, { BM = 64, BG = 32, STAGES = 4 }, { BM = 64, BG = 16, STAGES = 3 },
+          { BM = 64, BG = 8, STAGES = 2 } },
+}
+
+local function variants(problem)
+  local out = {}
+  for _, t in ipairs(PREFERRED) do
+    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = t.WG }
+    if cfg.WG == 0 and valid(problem, cfg) then out[1] = cfg; break end
+  end
+  if problem.arch == "sm_90a" then
+    local nk = cdiv(problem.K, 64)
+    for wg = 1, 2 do
+      for _, t in ipairs(VARIANT_TILES[wg]) do
+        local cfg = { BM = t.BM, BG = t.BG, BK = 64, WM = 64, WN = 4 * t.BG, STAGES = math.min(t.STAGES, nk + 1), WG = wg }
+        if valid(problem, cfg) then out[#out + 1] = cfg; break end
+      end
+    end
+  end
+  if #out == 0 then out[1] = default(problem) end
+  return out
+end
+
 -- Useful FLOPs: the 2 kept slots of every M columns of every row, over the tokens.
 local function flops(problem) return 2.0 * problem.M * problem.N * problem.K * problem.NS / problem.MS end
 
@@ -172,14 +222,16 @@ local function generate(problem, cfg)
   local L = layout(problem)
   local din, dout = cuda.dtype(problem.dtype), cuda.dtype(problem.out_dtype)
   local WARPS_N = BN // WN
-  local THREADS = WG == 1 and BM // 64 * 128 or (BM // WM) * WARPS_N * 32
+  local THREADS = WG == 2 and (BM // 64 + 1) * 128 or WG == 1 and BM // 64 * 128 or (BM // WM) * WARPS_N * 32
+  local LT = WG == 2 and 128 or THREADS    -- the threads that load the ring
   local CH = BK // 8                       -- 16-byte chunks per row of a stage
   local TM, TN = L.RP // BM, cdiv(L.GP, BG)
   local e = {
     M = M, N = N, K = K, V = V, BM = BM, BG = BG, BN = BN, BK = BK, WM = WM, WN = WN, STAGES = STAGES,
     T = din.ctype, OT = dout.ctype, THREADS = THREADS, WARPS_N = WARPS_N, CH = CH,
     ROWB = BK * 2, A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2,
-    IT_A = cdiv(BM * CH, THREADS), IT_B = cdiv(BN * CH, THREADS), A_CH = BM * CH, B_CH = BN * CH,
+    IT_A = cdiv(BM * CH, LT), IT_B = cdiv(BN * CH, LT), A_CH = BM * CH, B_CH = BN * CH, LT = LT,
+    LAG = STAGES - 2, BAR_OFF = math.max(pipe_bytes(cfg), epi_bytes(cfg)) + BN * 4,
     NK = cdiv(K, BK), TM = TM, G = L.G, GP = L.GP, KTP = L.KTP, HKTP = L.KTP // 2,
     MI = WM // 16, NI = WN // 8, NJ = WN // 16, KK = BK // 16,
     LDS = BN + PAD, IDX_OFF = math.max(pipe_bytes(cfg), epi_bytes(cfg)),
@@ -189,10 +241,10 @@ local function generate(problem, cfg)
     SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
     gp_tail = L.GP % BG ~= 0,
     out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG,
-    prelude = cuda.prelude(problem.dtype) .. (WG == 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
+    prelude = cuda.prelude(problem.dtype) .. (WG >= 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
   }
   e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d%s",
-                          problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES, WG == 1 and "_wg" or "")
+                          problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES, WG == 2 and "_ws" or WG == 1 and "_wg" or "")
 
   local kernel = emit.render(here(), [[
 typedef ${T} InT;
@@ -212,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
   const int tile_m = blockIdx.x % ${TM}, tile_n = blockIdx.x / ${TM};
   const int row0 = tile_m * ${BM}, g0 = tile_n * ${BG};
   const int rb = row0 / ${V};
-$ if WG == 1 then
+$ if WG >= 1 then
   unsigned char* const base = sj_smem + ((1024u - (sj_smem_addr(sj_smem) & 1023u)) & 1023u);
 $ else
   unsigned char* const base = sj_smem;
@@ -228,6 +280,16 @@ $ else
     cols[j] = W_index[((long long)rb * ${GP} + g0) * 4 + j];
 $ end
   }
+$ if WG == 2 then
+  /* full[s]: the producer's 128 threads arrive once their copies of stage s landed; empty[s]:
+     every consumer thread arrives once its wgmmas on stage s are done. */
+  const sj_u32 full0 = smem0 + ${BAR_OFF}, empty0 = full0 + 8 * ${STAGES};
+  if (tid == 0)
+    for (int s = 0; s < ${STAGES}; ++s) {
+      sj_mbar_init(full0 + 8 * s, 128);
+      sj_mbar_init(empty0 + 8 * s, ${THREADS - 128});
+    }
+$ end
   __syncthreads();
 
   /* Copies tokens [ks*BK, ks*BK + BK) of the BM dY rows and the BN gathered X rows; rows past M,
@@ -236,8 +298,8 @@ $ end
     const int t0 = ks * ${BK};
 #pragma unroll
     for (int i = 0; i < ${IT_A}; ++i) {
-      const int q = tid + i * ${THREADS};
-$ if A_CH % THREADS ~= 0 then
+      const int q = tid + i * ${LT};
+$ if A_CH % LT ~= 0 then
       if (q >= ${A_CH}) break;
 $ end
       const int r = q / ${CH}, c = q % ${CH};
@@ -247,8 +309,8 @@ $ end
     }
 #pragma unroll
     for (int i = 0; i < ${IT_B}; ++i) {
-      const int q = tid + i * ${THREADS};
-$ if B_CH % THREADS ~= 0 then
+      const int q = tid + i * ${LT};
+$ if B_CH % LT ~= 0 then
       if (q >= ${B_CH}) break;
 $ end
       const int r = q / ${CH}, c = q % ${CH};
@@ -259,7 +321,61 @@ $ end
     }
   };
 
-$ if WG == 1 then
+$ if WG == 2 then
+  const int wg = warp >> 2;
+  float acc[${BN // 8}][4];
+  if (wg == 0) {
+    /* The producer: stage ks once its slot is empty; stage ks - LAG announced full once this
+       thread's copies of it landed (LAG = STAGES - 2 < STAGES - 1, so the slot the producer
+       waits for is always one whose full barrier it has already arrived on). */
+#pragma unroll 1
+    for (int ks = 0; ks < ${NK}; ++ks) {
+      const int s = ks % ${STAGES};
+      if (ks >= ${STAGES}) sj_mbar_wait(empty0 + 8 * s, ((ks / ${STAGES}) - 1) & 1);
+      load_stage(ks, smem0 + s * ${STAGE_BYTES});
+      sj_cp_async_commit();
+      if (ks >= ${LAG}) {
+        sj_cp_async_wait<${LAG}>();
+        sj_fence_proxy_async();        /* this thread's cp.async writes -> the async proxy (wgmma) */
+        sj_mbar_arrive(full0 + 8 * ((ks - ${LAG}) % ${STAGES}));
+      }
+    }
+    sj_cp_async_wait<0>();
+    sj_fence_proxy_async();
+    for (int ks = ${NK} > ${LAG} ? ${NK} - ${LAG} : 0; ks < ${NK}; ++ks) sj_mbar_arrive(full0 + 8 * (ks % ${STAGES}));
+  } else {
+    /* Consumer warpgroup wg - 1 owns rows 64(wg-1)..64(wg-1)+63 of the tile, all BN columns. */
+#pragma unroll
+    for (int j = 0; j < ${BN // 8}; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll 1
+    for (int ks = 0; ks < ${NK}; ++ks) {
+      const int s = ks % ${STAGES};
+      sj_mbar_wait(full0 + 8 * s, (ks / ${STAGES}) & 1);
+      const sj_u32 a0 = smem0 + s * ${STAGE_BYTES} + (wg - 1) * 64 * ${ROWB}, b0 = smem0 + s * ${STAGE_BYTES} + ${A_BYTES};
+      sj_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < ${KK}; ++kk)
+        sj_wgmma_n${BN}(acc, sj_desc_sw128(a0 + kk * 32), sj_desc_sw128(b0 + kk * 32), ks > 0 || kk > 0);
+      sj_wgmma_commit();
+      sj_wgmma_wait<1>();              /* the wgmmas on stage ks - 1 are done: release it */
+      if (ks > 0) sj_mbar_arrive(empty0 + 8 * ((ks - 1) % ${STAGES}));
+    }
+    sj_wgmma_wait<0>();
+  }
+  __syncthreads();   /* every wgmma and copy is done: the tile goes where the stages were */
+
+  float* tile = (float*)base;
+  if (wg > 0) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < ${BN // 8}; ++j) {
+      const int r = (wg - 1) * 64 + (warp & 3) * 16 + g, c = j * 8 + 2 * q;
+      *(float2*)(tile + r * ${LDS} + c) = make_float2(acc[j][0], acc[j][1]);
+      *(float2*)(tile + (r + 8) * ${LDS} + c) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
+  __syncthreads();
+$ elseif WG == 1 then
   /* Warpgroup wg owns rows 64wg..64wg+63 of the tile, all BN gathered columns. */
   const int wg = warp >> 2;
   float acc[${BN // 8}][4];
@@ -415,6 +531,7 @@ return {
   space = space,
   valid = valid,
   default = default,
+  variants = variants,
   generate = generate,
   flops = flops,
   bytes = bytes,

@@ -3,8 +3,8 @@
  * bad arguments naming them (a compile-only context).
  * GPU (skipped with the reason without one): sj_vnm_dw against the fp64 host reference
  * (sj_vnm_dw_host) for every V in {64, 128}, M in {4, 8, 16, 32}, f16 and bf16, every output
- * dtype, ragged rows, columns and tokens, with the output poisoned first, and a set of explicit
- * tile configs; sj_vnm_transpose against the host's dense W^T (padding past ldt untouched);
+ * dtype, ragged rows, columns and tokens, with the output poisoned first, with the default and the
+ * two wgmma variants (WG=1, WG=2: sm_90a), and a set of explicit tile configs; sj_vnm_transpose against the host's dense W^T (padding past ldt untouched);
  * sj_vnm_double_prune byte for byte against sj_vnm_double_prune_host; dX both ways, the exact one
  * (sj_vnm_dx_exact) against sj_vnm_dx_host and the double-pruned one (sj_vnm_spmm on the second
  * copy) against an fp64 product of that copy, with its distance from the exact dX printed. */
@@ -69,8 +69,12 @@ static void test_dw_template_refuses(void **state)
                      "WG=1 needs BK=64");
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=32,WN=64,STAGES=3,WG=1", &g), SJ_ERR_INVALID_ARGUMENT,
                      "WG=1 takes WM=64 and WN=4*BG=64");
-    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=2", &g), SJ_ERR_INVALID_ARGUMENT,
-                     "WG=2 must be 0");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=3", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=3 must be 0");
+    p.m = 1024, p.n = 4096, p.vnm_v = 128; /* 512 groups: room for BG=64 */
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=2", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "384 threads leave 170 registers each");
+    p.m = 256, p.n = 256, p.vnm_v = 64;
     p.k = 250;
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "problem.k = 250");
     sj_context_destroy(ctx);
@@ -174,7 +178,7 @@ static int has_wgmma(sj_context *ctx)
     sj_device_info info;
     SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
     if (strcmp(info.arch, "sm_90a") == 0) return 1;
-    fprintf(stderr, "# SKIP vnm-dw WG=1 cases: wgmma needs sm_90a, this GPU is %s\n", info.arch);
+    fprintf(stderr, "# SKIP vnm-dw WG=1 and WG=2 cases: wgmma needs sm_90a, this GPU is %s\n", info.arch);
     return 0;
 }
 
@@ -184,9 +188,9 @@ static void test_dw_matches_fp64(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     uint64_t rng = tu_seed();
-    /* the default, then the wgmma variant (BM=64 fits both V) */
-    const char *configs[] = { "", "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1" };
-    const size_t n_configs = has_wgmma(ctx) ? 2 : 1;
+    /* the default, then the wgmma variants (BM=64 fits both V) */
+    const char *configs[] = { "", "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1", "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=2" };
+    const size_t n_configs = has_wgmma(ctx) ? 3 : 1;
     for (size_t c = 0; c < n_configs; c++)
         for (size_t d = 0; d < 2; d++)
             for (size_t vi = 0; vi < 2; vi++)
@@ -219,6 +223,9 @@ static void test_dw_configs(void **state)
         { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=1", 333 },    /* wgmma: one warpgroup, n32 */
         { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1", 333 }, /* two warpgroups, n128 */
         { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1", 565 }, /* n256, BG past the padded groups */
+        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=2", 333 },    /* producer + one consumer, LAG 0 */
+        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=2", 333 }, /* two consumers, LAG 2 */
+        { "BM=64,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=2", 565 },  /* n256 */
     };
     const size_t n = has_wgmma(ctx) ? sizeof cfgs / sizeof *cfgs : 5;
     for (size_t i = 0; i < n; i++) {

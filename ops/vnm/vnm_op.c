@@ -90,9 +90,16 @@ static const op_variant variants_compress[] = {
     { .name = "compressor", .arch = "sm_80", .sass = "DFMA,DADD", .sass_absent = "HMMA", .local_arrays = 1 },
 };
 
-/* Dense mma.sync m16n8k16 over the gathered columns, cp.async + ldmatrix, on every target. */
+/* Dense tensor cores over the gathered columns: mma.sync m16n8k16 with cp.async + ldmatrix on
+ * every target (WG=0); on sm_90a wgmma from the same cp.async ring, every warpgroup loading
+ * (WG=1), or a producer warpgroup feeding consumers through mbarriers (WG=2). */
 static const op_variant variants_dw[] = {
-    { .name = "sampled-mma-sync", .arch = "sm_80", .sass = "HMMA.16816.F32,LDGSTS,LDSM", .sass_absent = "HMMA.SP" },
+    { .name = "sampled-mma-sync", .config = "WG=0", .arch = "sm_80", .sass = "HMMA.16816.F32,LDGSTS,LDSM",
+      .sass_absent = "HMMA.SP" },
+    { .name = "sampled-wgmma", .config = "WG=1,WM=64,WN=128", .arch = "sm_90a", .sass = "HGMMA.64x128x16.F32,LDGSTS",
+      .sass_absent = "HMMA.16816,SYNCS" },
+    { .name = "sampled-wgmma-producer", .config = "WG=2,WM=64,WN=128", .arch = "sm_90a",
+      .sass = "HGMMA.64x128x16.F32,LDGSTS,SYNCS.ARRIVE,SYNCS.PHASECHK", .sass_absent = "HMMA.16816" },
 };
 
 /* A gather per element: loads and 16-bit stores, no matrix instruction. */
