@@ -100,13 +100,21 @@ done; done; done; done
 # GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
 # double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step
 # (vnm-train-exact). Each row's parts timed alone go to bench.log. Not yet run on a GPU: the
-# wall time of the largest rows (host check of 16 sampled rows each of Y, dX, dW) is unmeasured.
+# wall time of the largest rows (host check of 16 sampled rows each of Y, dX, dW) is unmeasured (11008 x 4096 rows: H100, 8260d7d, bench/RESULTS.md).
 train_shapes="11008x4096x8192 4096x11008x8192 28672x8192x8192"; train_m="4 8 16"; train_dtypes="f16 bf16"
 [ $quick -eq 1 ] && train_shapes="28672x8192x8192"
 [ $lean -eq 1 ] && { train_shapes="11008x4096x8192"; train_m="8 16"; train_dtypes="f16"; }
 for dt in $train_dtypes; do for s in $train_shapes; do for m in $train_m; do for b in vnm-train vnm-train-exact; do
   bench --op $b --shape "$s" --dtype $dt --vnm "128:2:$m"
 done; done; done; done
+# dW alone: the default (WG=1 on sm_90a) against the warp-specialised WG=2 (in the tuning space,
+# no default takes it before these rows say so), W 11008 x 4096 and 28672 x 8192 over 8192 tokens.
+for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
+  [ $lean -eq 1 ] && [ "$s" != 11008x4096x8192 ] && continue
+  for c in "" "BG=32,BK=64,BM=128,STAGES=4,WG=2,WM=64,WN=128" "BG=64,BK=64,BM=64,STAGES=4,WG=2,WM=64,WN=256"; do
+    bench --op vnm-dw --shape "$s" --dtype bf16 --vnm "128:2:$m" ${c:+--config $c}
+  done
+done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)
