@@ -99,8 +99,9 @@ done; done; done; done
 # One V:N:M linear layer's training step (forward, dX, dW) against the dense step's three cuBLAS
 # GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
 # double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step
-# (vnm-train-exact). Each row's parts timed alone go to bench.log. Not yet run on a GPU: the
-# wall time of the largest rows (host check of 16 sampled rows each of Y, dX, dW) is unmeasured (11008 x 4096 rows: H100, 8260d7d, bench/RESULTS.md).
+# (vnm-train-exact). Each row's parts timed alone go to bench.log. Run on an H100 at 11008 x 4096
+# only (8260d7d, bench/RESULTS.md): the wall time of the larger rows (host check of 16 sampled
+# rows each of Y, dX, dW) is unmeasured.
 train_shapes="11008x4096x8192 4096x11008x8192 28672x8192x8192"; train_m="4 8 16"; train_dtypes="f16 bf16"
 [ $quick -eq 1 ] && train_shapes="28672x8192x8192"
 [ $lean -eq 1 ] && { train_shapes="11008x4096x8192"; train_m="8 16"; train_dtypes="f16"; }
