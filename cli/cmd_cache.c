@@ -405,11 +405,20 @@ static int parse_version(const char *flag, const char *s, int *out)
     return 1;
 }
 
-static int cmd_import(cache_db *db, const cache_opts *o)
+/* The device an import keeps entries for: --arch, --driver and --nvrtc, else the GPU's. Decided
+ * before the cache is opened, so a bad --device or no GPU creates no cache file. 0 when known,
+ * else the exit code. */
+typedef struct import_target {
+    char arch[16];
+    int driver, nvrtc;
+} import_target;
+
+static int import_target_of(const cache_opts *o, import_target *t)
 {
-    char arch[16] = "";
+    char *arch = t->arch;
     int driver = 0, nvrtc = 0;
-    if (o->arch) snprintf(arch, sizeof arch, "%s", o->arch);
+    arch[0] = 0;
+    if (o->arch) snprintf(arch, sizeof t->arch, "%s", o->arch);
     if (o->driver && !parse_version("--driver", o->driver, &driver)) return 2;
     if (o->nvrtc && !parse_version("--nvrtc", o->nvrtc, &nvrtc)) return 2;
     int device = -1;
@@ -439,10 +448,19 @@ static int cmd_import(cache_db *db, const cache_opts *o)
                     "--nvrtc 13000)\n", sj_last_error());
             return 2;
         }
-        if (!o->arch) snprintf(arch, sizeof arch, "%s", info.arch);
+        if (!o->arch) snprintf(arch, sizeof t->arch, "%s", info.arch);
         if (!o->driver) driver = info.driver_version;
         if (!o->nvrtc) nvrtc = info.nvrtc_version;
     }
+    t->driver = driver;
+    t->nvrtc = nvrtc;
+    return 0;
+}
+
+static int cmd_import(cache_db *db, const cache_opts *o, const import_target *t)
+{
+    const char *arch = t->arch;
+    const int driver = t->driver, nvrtc = t->nvrtc;
     int imported = 0, refused = 0, invalid = 0;
     char why[512];
     if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused, &invalid, why, sizeof why) != SJ_OK)
@@ -504,6 +522,8 @@ int cmd_cache(int argc, char **argv)
         fprintf(stderr, "sparsejit cache: there is no cache at %s (nothing compiled or tuned there yet)\n", path);
         return !strcmp(cmd, "list") ? 0 : 1;
     }
+    import_target target;
+    if (!strcmp(cmd, "import") && (rc = import_target_of(&o, &target)) != 0) return rc;
     cache_db *db = NULL;
     sj_status os = cache_open(path, cli_warning, NULL, &db);
     if (os != SJ_OK) {
@@ -513,7 +533,7 @@ int cmd_cache(int argc, char **argv)
     if (!strcmp(cmd, "list")) rc = cmd_list(db, path, &o);
     else if (!strcmp(cmd, "show")) rc = cmd_show(db, path, &o);
     else if (!strcmp(cmd, "export")) rc = cmd_export(db, &o);
-    else if (!strcmp(cmd, "import")) rc = cmd_import(db, &o);
+    else if (!strcmp(cmd, "import")) rc = cmd_import(db, &o, &target);
     else if (!strcmp(cmd, "clear")) {
         rc = cache_clear(db) == SJ_OK ? 0 : fail();
         if (!rc) printf("cleared %s\n", path);

@@ -235,6 +235,8 @@ else
     [ $rc -eq "$want" ] && echo "$out" | grep -q -- "--device 0 names a GPU, and this machine has none: " ||
       fail "$c --device 0 without a GPU must exit $want saying there is none (got $rc: $out)"
   done
+  # an import refused before it starts creates no cache file
+  [ ! -e "$dtmp/c.db" ] || fail "cache import refused for --device left $dtmp/c.db behind"
   rm -rf "$dtmp"
   # without a GPU, tune and bench do what needs none (generate, compile) and say timing needs one,
   # so the README's main job runs to its end
