@@ -8,8 +8,8 @@ Rows: out x in weight, 8192 tokens, f16 and bf16, V = 128 at 2:4, 2:8, 2:16. Eac
 median of torch.utils.benchmark's blocked_autorange (>= 1 s per case), the cases of a shape
 interleaved. The launch cost: host time per call, over 2000 calls without synchronising, of
 torch.ops.sparsejit.vnm_spmm on a 128 x 128 x 8 problem (the GPU keeps up: the kernel takes a few
-us) and of its body as sparsejit's modules call it in eager mode (sparsejit.ops.EAGER, no
-dispatcher) against sj_vnm_spmm called directly with prebuilt arguments (what both wrap). Needs
+us) and of its body as sparsejit's modules call it in eager mode (ops_for's choice, then
+sparsejit.ops.EAGER: no dispatcher) against sj_vnm_spmm called directly with prebuilt arguments (what both wrap). Needs
 torch and a GPU."""
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def launch_cost(calls: int = 2000) -> dict:
     values, meta, index, _ = torch.ops.sparsejit.vnm_compress(a, "64:2:8", "l2")
     b = torch.randn(cols, n, device="cuda", dtype=torch.float16)
     op = lambda: torch.ops.sparsejit.vnm_spmm(values, meta, index, b, rows, cols, "64:2:8", None)
-    eager = lambda: sops.EAGER.vnm_spmm(values, meta, index, b, rows, cols, "64:2:8", None)
+    eager = lambda: sops.ops_for(b, values).vnm_spmm(values, meta, index, b, rows, cols, "64:2:8", None)
     c = op()
     lay = vnm_layout(rows, cols, "64:2:8", "f16")
     p = Problem()
