@@ -177,6 +177,34 @@ static void note_last(sj_context *ctx, const loaded_kernel *k, sj_kernel_source 
     snprintf(ctx->last.template_name, sizeof ctx->last.template_name, "%s", k->template_name);
 }
 
+/* The kernel that serves p from the request path (the table's "" slot), with its origin. */
+static sj_status serve(sj_context *ctx, const sj_problem *p, loaded_kernel *k, sj_config_origin origin,
+                       const loaded_kernel **out)
+{
+    k->origin = origin;
+    sj_status st = kernel_table_put(&ctx->table, p, "", k);
+    if (st != SJ_OK) return st;
+    note_last(ctx, k, k->source, origin);
+    *out = k;
+    return SJ_OK;
+}
+
+/* A tuned winner the GPU cannot use (it fails to build or load: a corrupt cubin, a driver that
+ * refuses it; or to launch: tuned on another GPU, a MIG slice): the template's default serves p
+ * from now on, said once, since the table then holds the default. what: "load" or "launch". */
+static sj_status serve_default_instead(sj_context *ctx, const sj_problem *p, const char *config, const char *what,
+                                       const char *why, const loaded_kernel **out)
+{
+    char desc[256];
+    sj_problem_describe(p, desc, sizeof desc);
+    rt_log(ctx, "the tuned config %s for %s failed to %s (%s); using the template's default config", config, desc, what,
+           why);
+    const loaded_kernel *chosen;
+    sj_status st = rt_kernel_with_config(ctx, p, NULL, "", &chosen);
+    if (st != SJ_OK) return error_prefix(st, "the default config after the tuned %s failed to %s", config, what);
+    return serve(ctx, p, (loaded_kernel *)chosen, SJ_CONFIG_DEFAULT, out);
+}
+
 sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kernel **out)
 {
     const char *forced = forced_config(ctx, p);
@@ -209,25 +237,9 @@ sj_status rt_kernel_for(sj_context *ctx, const sj_problem *p, const loaded_kerne
     }
     const loaded_kernel *chosen;
     st = rt_kernel_with_config(ctx, p, NULL, config, &chosen);
-    if (st != SJ_OK && origin == SJ_CONFIG_TUNED) {
-        /* a tuned kernel that no longer builds or loads (a corrupt cubin, a driver that refuses
-         * it): the op still runs, with the template's default; said once, since the default
-         * then serves p from the table */
-        char desc[256];
-        sj_problem_describe(p, desc, sizeof desc);
-        rt_log(ctx, "the tuned config %s for %s failed to load (%s); using the template's default config", config,
-               desc, sj_last_error());
-        config[0] = 0;
-        origin = SJ_CONFIG_DEFAULT;
-        st = rt_kernel_with_config(ctx, p, NULL, config, &chosen);
-    }
+    if (st != SJ_OK && origin == SJ_CONFIG_TUNED) return serve_default_instead(ctx, p, config, "load", sj_last_error(), out);
     if (st != SJ_OK) return st;
-    k = (loaded_kernel *)chosen;
-    k->origin = origin;
-    if ((st = kernel_table_put(&ctx->table, p, "", k)) != SJ_OK) return st;
-    note_last(ctx, k, k->source, origin);
-    *out = k;
-    return SJ_OK;
+    return serve(ctx, p, (loaded_kernel *)chosen, origin, out);
 }
 
 static CUresult launch_once(const loaded_kernel *k, void **args, void *stream)
@@ -241,28 +253,6 @@ static CUresult launch_once(const loaded_kernel *k, void **args, void *stream)
 static int refused_for_the_kernel(CUresult r)
 {
     return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
-}
-
-/* A tuned winner serving the request path that the driver refuses to launch (tuned on another
- * GPU, a MIG slice, a newer driver): the template's default serves the problem from now on,
- * said once, as for a winner that fails to load (rt_kernel_for). */
-static sj_status fall_back_to_default(sj_context *ctx, const loaded_kernel *k, CUresult why, const loaded_kernel **out)
-{
-    char desc[256];
-    sj_problem_describe(&k->problem, desc, sizeof desc);
-    const char *name = NULL;
-    cu.cuGetErrorName(why, &name);
-    rt_log(ctx, "the tuned config %s for %s failed to launch (%s); using the template's default config", k->config,
-           desc, name ? name : "?");
-    const loaded_kernel *chosen;
-    sj_status st = rt_kernel_with_config(ctx, &k->problem, NULL, "", &chosen);
-    if (st != SJ_OK) return error_prefix(st, "the default config after the tuned %s failed to launch", k->config);
-    loaded_kernel *def = (loaded_kernel *)chosen;
-    def->origin = SJ_CONFIG_DEFAULT;
-    if ((st = kernel_table_put(&ctx->table, &k->problem, "", def)) != SJ_OK) return st;
-    note_last(ctx, def, def->source, SJ_CONFIG_DEFAULT);
-    *out = def;
-    return SJ_OK;
 }
 
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
@@ -279,8 +269,10 @@ sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t
     CUresult r = launch_once(k, args, stream);
     if (r != CUDA_SUCCESS && refused_for_the_kernel(r) && k->origin == SJ_CONFIG_TUNED &&
         kernel_table_get(&ctx->table, &k->problem, "") == k) {
+        const char *name = NULL;
+        cu.cuGetErrorName(r, &name);
         const loaded_kernel *def;
-        sj_status st = fall_back_to_default(ctx, k, r, &def);
+        sj_status st = serve_default_instead(ctx, &k->problem, k->config, "launch", name ? name : "?", &def);
         if (st != SJ_OK) return st;
         r = launch_once(def, args, stream);
     }
