@@ -160,45 +160,50 @@ local PREFERRED = {
   { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0 },
 }
 
+-- The first of tiles that is valid for problem and accepted (accept may be nil), STAGES clamped to
+-- the token stages there are; nil when none is.
+local function first_valid(problem, tiles, accept)
+  local nk = cdiv(problem.K, 64)
+  for _, t in ipairs(tiles) do
+    local cfg = {}
+    for k, v in pairs(t) do cfg[k] = v end
+    if cfg.BK == 64 then cfg.STAGES = math.min(cfg.STAGES, nk + 1) end
+    if valid(problem, cfg) and (not accept or accept(cfg)) then return cfg end
+  end
+end
+
 local function default(problem)
   local ok, why = problem_ok(problem)
   if not ok then error("vnm_dw: unsupported problem: " .. why, 0) end
-  local nk = cdiv(problem.K, 64)
-  for _, t in ipairs(PREFERRED) do
-    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = t.WG }
-    if cfg.BK == 64 then cfg.STAGES = math.min(cfg.STAGES, nk + 1) end
-    -- WG=1 only where it was measured: a full 256-column tile of groups
-    if valid(problem, cfg) and (cfg.WG == 0 or layout(problem).GP >= 64) then return cfg end
-  end
-  error("vnm_dw: no default config fits " .. problem.arch, 0)
+  -- WG=1 only where it was measured: a full 256-column tile of groups
+  local cfg = first_valid(problem, PREFERRED, function(c) return c.WG == 0 or layout(problem).GP >= 64 end)
+  if not cfg then error("vnm_dw: no default config fits " .. problem.arch, 0) end
+  return cfg
 end
 
 -- One config per algorithm, the tuner's first candidates (so a budgeted search sees each at its
 -- best-known tile): WG=0's default tile, and on sm_90a the first valid WG=1 and WG=2 tiles below.
 -- An algorithm with no valid tile for the problem is left out.
-local VARIANT_TILES = {
-  [1] = { { BM = 128, BG = 64, STAGES = 3 }, { BM = 64, BG = 32, STAGES = 3 }, { BM = 64, BG = 16, STAGES = 3 },
-          { BM = 64, BG = 8, STAGES = 2 } },
-  [2] = { { BM = 128, BG = 32, STAGES = 4 }, { BM = 64, BG = 32, STAGES = 4 }, { BM = 64, BG = 16, STAGES = 3 },
-          { BM = 64, BG = 8, STAGES = 2 } },
+local function wgmma_tiles(wg, list)
+  local out = {}
+  for _, t in ipairs(list) do
+    out[#out + 1] = { BM = t[1], BG = t[2], BK = 64, WM = 64, WN = 4 * t[2], STAGES = t[3], WG = wg }
+  end
+  return out
+end
+local WGMMA_TILES = {
+  wgmma_tiles(1, { { 128, 64, 3 }, { 64, 32, 3 }, { 64, 16, 3 }, { 64, 8, 2 } }),
+  wgmma_tiles(2, { { 128, 32, 4 }, { 64, 32, 4 }, { 64, 16, 3 }, { 64, 8, 2 } }),
 }
 
 local function variants(problem)
-  local out = {}
-  for _, t in ipairs(PREFERRED) do
-    local cfg = { BM = t.BM, BG = t.BG, BK = t.BK, WM = t.WM, WN = t.WN, STAGES = t.STAGES, WG = t.WG }
-    if cfg.WG == 0 and valid(problem, cfg) then out[1] = cfg; break end
-  end
+  local out = { first_valid(problem, PREFERRED, function(c) return c.WG == 0 end) or default(problem) }
   if problem.arch == "sm_90a" then
-    local nk = cdiv(problem.K, 64)
-    for wg = 1, 2 do
-      for _, t in ipairs(VARIANT_TILES[wg]) do
-        local cfg = { BM = t.BM, BG = t.BG, BK = 64, WM = 64, WN = 4 * t.BG, STAGES = math.min(t.STAGES, nk + 1), WG = wg }
-        if valid(problem, cfg) then out[#out + 1] = cfg; break end
-      end
+    for _, tiles in ipairs(WGMMA_TILES) do
+      local cfg = first_valid(problem, tiles)
+      if cfg then out[#out + 1] = cfg end
     end
   end
-  if #out == 0 then out[1] = default(problem) end
   return out
 end
 
