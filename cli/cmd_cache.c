@@ -415,12 +415,10 @@ typedef struct import_target {
 
 static int import_target_of(const cache_opts *o, import_target *t)
 {
-    char *arch = t->arch;
-    int driver = 0, nvrtc = 0;
-    arch[0] = 0;
-    if (o->arch) snprintf(arch, sizeof t->arch, "%s", o->arch);
-    if (o->driver && !parse_version("--driver", o->driver, &driver)) return 2;
-    if (o->nvrtc && !parse_version("--nvrtc", o->nvrtc, &nvrtc)) return 2;
+    *t = (import_target){ "", 0, 0 };
+    if (o->arch) snprintf(t->arch, sizeof t->arch, "%s", o->arch);
+    if (o->driver && !parse_version("--driver", o->driver, &t->driver)) return 2;
+    if (o->nvrtc && !parse_version("--nvrtc", o->nvrtc, &t->nvrtc)) return 2;
     int device = -1;
     if (o->device && !cli_parse_device("cache", o->device, &device)) return 2;
     if (o->device && o->arch && o->driver && o->nvrtc)
@@ -448,27 +446,23 @@ static int import_target_of(const cache_opts *o, import_target *t)
                     "--nvrtc 13000)\n", sj_last_error());
             return 2;
         }
-        if (!o->arch) snprintf(arch, sizeof t->arch, "%s", info.arch);
-        if (!o->driver) driver = info.driver_version;
-        if (!o->nvrtc) nvrtc = info.nvrtc_version;
+        if (!o->arch) snprintf(t->arch, sizeof t->arch, "%s", info.arch);
+        if (!o->driver) t->driver = info.driver_version;
+        if (!o->nvrtc) t->nvrtc = info.nvrtc_version;
     }
-    t->driver = driver;
-    t->nvrtc = nvrtc;
     return 0;
 }
 
 static int cmd_import(cache_db *db, const cache_opts *o, const import_target *t)
 {
-    const char *arch = t->arch;
-    const int driver = t->driver, nvrtc = t->nvrtc;
     int imported = 0, refused = 0, invalid = 0;
     char why[512];
-    if (cache_import(db, o->args[1], arch, driver, nvrtc, &imported, &refused, &invalid, why, sizeof why) != SJ_OK)
+    if (cache_import(db, o->args[1], t->arch, t->driver, t->nvrtc, &imported, &refused, &invalid, why, sizeof why) != SJ_OK)
         return fail();
     printf("imported %d key%s from %s", imported, imported == 1 ? "" : "s", o->args[1]);
     if (refused)
         printf("; refused %d key%s for another arch, driver or NVRTC than %s / driver %d / NVRTC %d",
-               refused, refused == 1 ? "" : "s", arch, driver, nvrtc);
+               refused, refused == 1 ? "" : "s", t->arch, t->driver, t->nvrtc);
     printf("\n");
     if (invalid)
         fprintf(stderr, "sparsejit cache: refused %d invalid key%s or row%s of %s (first: %s)\n", invalid,
