@@ -26,11 +26,17 @@ static const char options_help[] =
     "  --skew A           twell-*: how unevenly the d_ff units fire in those inputs: 0 (default)\n"
     "                     every unit alike; A > 0: the unit of rank r fires at a rate ~ r^-A (max\n"
     "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n"
+    "  --rank R           vnm-spmm: add a low-rank term U . Z of rank R (SLoPe's adapters) in the\n"
+    "                     same kernel: C = A . B + U . Z, U rows x R, Z R x N; R a multiple of 8 in\n"
+    "                     8..128 (default 0: none); the cache key carries it\n"
     "  (an option the op does not read is refused, exit 2)\n";
 
 static int out_set, shape_set;
 static unsigned given;             /* OP_READS_* of the options given: each must be read by the op */
-static const char *given_name[3];  /* per OP_READS_* bit, the last option that set it */
+/* The OP_READS_* bits an option can set, and per bit the last option that set it. */
+static const unsigned option_fields_read[] = { OP_READS_VNM, OP_READS_TWELL, OP_READS_D_FF, OP_READS_LOWRANK };
+enum { N_OPTION_FIELDS = sizeof option_fields_read / sizeof *option_fields_read };
+static const char *given_name[N_OPTION_FIELDS];
 static cli_ops takes;
 static const op_bench *bench;
 
@@ -124,7 +130,8 @@ int cli_parse_fields(const char *opt, const char *val, const cli_fields *f, long
 static void note_given(unsigned field, const char *opt)
 {
     given |= field;
-    given_name[field == OP_READS_VNM ? 0 : field == OP_READS_TWELL ? 1 : 2] = opt;
+    for (int f = 0; f < N_OPTION_FIELDS; f++)
+        if (option_fields_read[f] == field) given_name[f] = opt;
 }
 
 /* Parses one separated option value, printing why not. */
@@ -139,7 +146,8 @@ static int option_fields(const char *opt, const char *val, const cli_fields *f, 
 int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
 {
     const char *opt = argv[*i];
-    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", "--skew", NULL };
+    static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", "--skew",
+                                         "--rank", NULL };
     int known = 0;
     for (const char *const *n = names; *n; n++) known |= !strcmp(opt, *n);
     if (!known) return 0;
@@ -194,6 +202,11 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
         }
         p->twell_skew = a;
         note_given(OP_READS_TWELL, opt);
+    } else if (!strcmp(opt, "--rank")) {
+        /* the range only: sj_problem_validate names a rank that is not a multiple of 8 */
+        if (!cli_parse_int(NULL, opt, val, SJ_LOWRANK_MIN_RANK, SJ_LOWRANK_MAX_RANK, &v[0])) return -1;
+        p->lowrank_rank = (int)v[0];
+        note_given(OP_READS_LOWRANK, opt);
     } else {
         if (!cli_parse_int(NULL, opt, val, 1, PROBLEM_MAX_DIM, &v[0])) return -1;
         p->d_ff = v[0];
@@ -221,13 +234,13 @@ int cli_parse_int(const char *cmd, const char *opt, const char *val, long long l
 /* An option the op does not read would be ignored: refused instead, naming the ops that read it. */
 static int options_read(const op_desc *d)
 {
-    static const unsigned fields[] = { OP_READS_VNM, OP_READS_TWELL, OP_READS_D_FF };
-    for (int f = 0; f < 3; f++) {
-        if (!(given & fields[f]) || (d->reads & fields[f])) continue;
+    for (int f = 0; f < N_OPTION_FIELDS; f++) {
+        unsigned field = option_fields_read[f];
+        if (!(given & field) || (d->reads & field)) continue;
         char readers[512] = "";
         size_t n = 0;
         for (int i = 0; i < op_count(); i++)
-            if ((op_at(i)->reads & fields[f]) && n < sizeof readers)
+            if ((op_at(i)->reads & field) && n < sizeof readers)
                 n += (size_t)snprintf(readers + n, sizeof readers - n, "%s%s", n ? ", " : "", op_at(i)->name);
         fprintf(stderr, "sparsejit: %s does not apply to --op %s (ops that read it: %s)\n", given_name[f],
                 bench ? bench->name : d->name, readers);

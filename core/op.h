@@ -23,7 +23,8 @@ typedef struct bench_ops bench_ops;     /* tuner/bench.h: a benchmark of several
 enum {
     OP_READS_VNM = 1,        /* vnm_v, vnm_n, vnm_m */
     OP_READS_TWELL = 2,      /* twell_tile, twell_capacity, twell_sparsity, twell_skew */
-    OP_READS_D_FF = 4        /* d_ff */
+    OP_READS_D_FF = 4,       /* d_ff */
+    OP_READS_LOWRANK = 8     /* lowrank_rank (sj_problem_validate refuses a rank the op does not read) */
 };
 
 /* One algorithm of an op's template, as the op table's walk (tests/test_op_table.c) compiles and
@@ -42,6 +43,9 @@ typedef struct op_variant {
     /* 1: the kernel keeps per-thread arrays it indexes by data in local memory (a stack frame,
      * LDL/STL by design); 0: no LDL/STL may occur, so a register spill fails the walk. */
     int local_arrays;
+    /* The problem the walk generates it for; NULL: the op's example. For a variant that a
+     * problem field selects rather than a config (vnm-spmm's low-rank tail, lowrank_rank > 0). */
+    void (*example)(sj_problem *p);
 } op_variant;
 
 typedef struct op_desc {

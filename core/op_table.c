@@ -134,4 +134,5 @@ void op_normalize(const sj_problem *p, sj_problem *out)
         out->twell_skew = p->twell_skew;
     }
     if (reads & OP_READS_D_FF) out->d_ff = p->d_ff;
+    if (reads & OP_READS_LOWRANK) out->lowrank_rank = p->lowrank_rank;
 }

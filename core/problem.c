@@ -52,6 +52,10 @@ sj_status sj_problem_validate(const sj_problem *p)
             return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.%s = %lld exceeds the limit %lld", dims[i].name,
                            (long long)dims[i].v, (long long)PROBLEM_MAX_DIM);
     }
+    /* a rank the op would ignore is a term it would not compute */
+    if (p->lowrank_rank && !(d->reads & OP_READS_LOWRANK))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.lowrank_rank = %d: %s takes no low-rank term (expected 0)",
+                         p->lowrank_rank, d->name);
     return d->validate ? d->validate(p) : SJ_OK;
 }
 

@@ -362,7 +362,7 @@ static void push_problem(gen_state *g, lua_State *L, const sj_problem *p)
     lua_setfield(L, -2, "out_dtype");
     const struct { const char *k; lua_Integer v; } f[] = {
         { "M", p->m }, { "N", p->n }, { "K", p->k }, { "V", p->vnm_v }, { "NS", p->vnm_n }, { "MS", p->vnm_m },
-        { "T", p->twell_tile }, { "C", p->twell_capacity }, { "DFF", p->d_ff },
+        { "T", p->twell_tile }, { "C", p->twell_capacity }, { "DFF", p->d_ff }, { "RANK", p->lowrank_rank },
     };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         lua_pushinteger(L, f[i].v);

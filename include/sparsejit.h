@@ -51,7 +51,7 @@ SJ_API const char *sj_version_string(void);
 /* The binary interface: bumped whenever a public struct, enum or signature changes, so a binding
  * that reaches the library through its C ABI (ctypes in python/) can refuse a library it does not
  * match. sj_abi_version() is the number the library was built with. */
-#define SJ_ABI_VERSION 1
+#define SJ_ABI_VERSION 2
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
@@ -199,7 +199,14 @@ typedef struct sj_problem {
                                        tokens share their busy units as in trained models. In
                                        [0, SJ_TWELL_MAX_SKEW]; needs twell_sparsity >= 0.5; the
                                        cache key carries it. */
+    int lowrank_rank;               /* vnm-spmm: the rank r of a low-rank term U . Z added in the
+                                       same kernel (sj_vnm_spmm_lowrank); 0: none, else
+                                       SJ_LOWRANK_MIN_RANK..SJ_LOWRANK_MAX_RANK, a multiple of 8.
+                                       Other ops refuse a non-zero rank. */
 } sj_problem;
+
+#define SJ_LOWRANK_MIN_RANK 8
+#define SJ_LOWRANK_MAX_RANK 128
 
 #define SJ_TWELL_MAX_SKEW 4.0
 /* The widest TwELL tile: a column within a tile must fit an entry's 16 index bits. */
@@ -366,6 +373,16 @@ SJ_API sj_status sj_vnm_problem(const sj_vnm_layout *layout, int64_t n, sj_dtype
  * beta == 0: C is not read. stream: a CUstream or NULL. */
 SJ_API sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
                              sj_devptr B, sj_devptr C, float alpha, float beta, void *stream);
+/* SLoPe's low-rank adapters in the same kernel: C = alpha * (A . B + U . Z) + beta * C, with
+ * U rows x r and Z r x n row-major in problem->dtype (Z = V . B, the adapter's down-projection
+ * of B, is the caller's: a small dense product, and autograd keeps it anyway), r =
+ * problem->lowrank_rank (8..128, a multiple of 8; sj_vnm_problem leaves it 0: set it after).
+ * The r columns of U are extra reduction columns of the sparse product, accumulated into the
+ * same fp32 accumulators after its k loop, so C is written once. Otherwise as sj_vnm_spmm
+ * (which refuses a problem with a rank). */
+SJ_API sj_status sj_vnm_spmm_lowrank(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *A,
+                                     sj_devptr B, sj_devptr C, sj_devptr U, sj_devptr Z, float alpha, float beta,
+                                     void *stream);
 
 /* ---------------------------------------------------------------- V:N:M training */
 /* A linear layer Y = W . X with W (out x in) in V:N:M, X in x T (T tokens), Y out x T, all

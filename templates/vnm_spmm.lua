@@ -17,6 +17,12 @@
 -- rows, so no register holds them across the MMAs; each thread reads its rows' indices before
 -- issuing its copies (BMAP picks which rows a thread copies). Blocks are rastered in groups of
 -- GROUP_M tile rows so a wave of CTAs shares A and B in L2.
+--
+-- With problem.RANK = r > 0 (SLoPe's adapters), C = alpha * (A . B + U . Z) + beta * C: U (M x r)
+-- and Z (r x N) row-major are two more arguments, and after the sparse loop each CTA stages
+-- U's BM x RP and Z's RP x BN tiles (RP: r rounded up to 16, zeros past r) in the drained ring
+-- and every warp runs RP/16 dense mma.sync m16n8k16 steps into the same accumulators, so C is
+-- written once; r adds r/(2K/M) to the sparse loop's MMA work and one exposed tile load.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local mma_sp = require "lib.mma_sp"
@@ -68,8 +74,23 @@ local function index_bytes(problem, cfg)
   return 2 * cfg.STAGES * b_tiles(problem, cfg) * cfg.BK * 4
 end
 
+-- The low-rank tail's tiles: Z's RP rows of BN (the B tile's swizzled rows), then U's BM rows
+-- of RP plus one 16-byte chunk, which staggers the rows over the banks for ldmatrix (RP/8 is
+-- even, so a row is an odd number of chunks).
+local function lowrank_geometry(problem, cfg)
+  local G = { RP = (problem.RANK + 15) // 16 * 16 }
+  G.UC = G.RP // 8                         -- 16-byte chunks of a U row
+  G.U_OFF = G.RP * cfg.BN * 2
+  G.U_ROWB = (G.UC + 1) * 16
+  G.bytes = G.U_OFF + cfg.BM * G.U_ROWB
+  return G
+end
+
+-- The tail reuses the ring once the sparse loop is done with it.
 local function smem_bytes(problem, cfg)
-  return cfg.STAGES * stage_bytes(problem, cfg) + index_bytes(problem, cfg)
+  local ring = cfg.STAGES * stage_bytes(problem, cfg) + index_bytes(problem, cfg)
+  if problem.RANK == 0 then return ring end
+  return math.max(ring, lowrank_geometry(problem, cfg).bytes)
 end
 
 local function problem_ok(problem)
@@ -91,6 +112,10 @@ local function problem_ok(problem)
   end
   if problem.N % 8 ~= 0 then
     return false, "N=" .. problem.N .. " must be a multiple of 8 (16-byte rows of B and C)"
+  end
+  local r = problem.RANK
+  if r ~= 0 and (r < 8 or r > 128 or r % 8 ~= 0) then
+    return false, "RANK=" .. tostring(r) .. " must be 0 or a multiple of 8 in 8..128 (16-byte rows of U)"
   end
   return true
 end
@@ -130,6 +155,8 @@ local function valid(problem, cfg)
   end
   if cfg.GROUP_M < 1 or cfg.GROUP_M > 64 then return false, "GROUP_M=" .. cfg.GROUP_M .. " must be 1..64" end
   if cfg.BMAP ~= 0 and cfg.BMAP ~= 1 then return false, "BMAP=" .. cfg.BMAP .. " must be 0 or 1" end
+  -- The low-rank tail is written for this mma.sync main loop alone: a config that selects another
+  -- main loop must be refused here when problem.RANK > 0.
   local smem = smem_bytes(problem, cfg)
   if smem > problem.SMEM then
     return false, string.format("shared memory %d bytes exceeds the %s limit of %d", smem, problem.arch, problem.SMEM)
@@ -191,15 +218,17 @@ local function default(problem)
   return chosen
 end
 
--- Useful FLOPs: only the kept non-zeros (2 of every M per row) count.
-local function flops(problem) return 2.0 * problem.M * problem.N * problem.K * problem.NS / problem.MS end
+-- Useful FLOPs: only the kept non-zeros (2 of every M per row) count, plus the low-rank term's.
+local function flops(problem)
+  return 2.0 * problem.M * problem.N * problem.K * problem.NS / problem.MS + 2.0 * problem.M * problem.N * problem.RANK
+end
 
--- Fewest bytes: compressed A (values, metadata, column indices), B and C once each.
+-- Fewest bytes: compressed A (values, metadata, column indices), B, C, U and Z once each.
 local function bytes(problem)
   local L = layout(problem)
   local osz = cuda.dtype(problem.out_dtype).size
   local a = L.RP * L.KG + L.RP * L.KG // 8 + L.RB * L.KG * 4
-  return a + problem.K * problem.N * 2 + problem.M * problem.N * osz
+  return a + problem.K * problem.N * 2 + problem.M * problem.N * osz + (problem.M + problem.N) * problem.RANK * 2
 end
 
 local function generate(problem, cfg)
@@ -241,11 +270,24 @@ local function generate(problem, cfg)
     out_f32 = problem.out_dtype == "f32",
     to_f32_out = dout.to_f32, pack_out = dout.pack2,
     prelude = cuda.prelude(problem.dtype), ptx = mma_sp.source(problem.dtype),
+    lowrank = problem.RANK > 0, lowrank_params = "",
   }
   e.entry = string.format("sj_vnm_spmm_%s_%s_v%d_m%d_bm%d_bn%d_bk%d_wm%d_wn%d_s%d_g%d_b%d",
                           problem.dtype, problem.out_dtype, V, MS, BM, BN, BK, WM, WN, STAGES, e.GROUP_M, cfg.BMAP)
+  if e.lowrank then
+    local G = lowrank_geometry(problem, cfg)
+    e.entry = e.entry .. "_r" .. problem.RANK
+    e.lowrank_params = ",\n    const InT* __restrict__ U, const InT* __restrict__ Z"
+    e.RANK, e.RP, e.UC, e.U_OFF, e.U_ROWB = problem.RANK, G.RP, G.UC, G.U_OFF, G.U_ROWB
+    e.KK = G.RP // 16                       -- k16 steps of the tail
+    e.IT_Z = cdiv(G.RP, RSB)
+    e.z_guard = G.RP % RSB ~= 0
+    e.IT_U = cdiv(BM * G.UC, THREADS)
+    e.u_guard = (BM * G.UC) % THREADS ~= 0
+    e.rank_pad = problem.RANK ~= G.RP       -- Z rows and U chunks past r read zeros
+  end
   -- 64-bit offsets only where a buffer can pass 2^31 elements.
-  local big = math.max(L.MT * L.KTP * 512, K * N, M * N, L.RB * L.KG) >= 2147483647
+  local big = math.max(L.MT * L.KTP * 512, K * N, M * N, L.RB * L.KG, M * problem.RANK, problem.RANK * N) >= 2147483647
   e.IDX = big and "long long" or "int"
 
   local kernel = emit.render(here(), [[
@@ -255,7 +297,7 @@ $ -- Shape, V:N:M and config are constants; the int arguments only keep the op's
 extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
     const sj_u32* __restrict__ A_values, const sj_u32* __restrict__ A_meta,
     const int* __restrict__ B_rows, const InT* __restrict__ B, OutT* __restrict__ C,
-    int M_arg, int N_arg, int K_arg, float alpha, float beta)
+    int M_arg, int N_arg, int K_arg, float alpha, float beta${lowrank_params})
 {
   (void)M_arg; (void)N_arg; (void)K_arg;
 $ if not gather then
@@ -488,7 +530,79 @@ $ end
     }
   }
   sj_cp_async_wait<0>();
+$ if lowrank then
+  /* Low-rank tail: acc += U . Z over RP more reduction columns. Every warp is past its last
+     stage (the barrier), so the ring takes Z's RP x BN tile, rows swizzled like B's, and U's
+     BM x RP tile, rows U_ROWB bytes apart; zeros past r, M and N. */
+  __syncthreads();
+  /* U and Z through opaque moves placed here: otherwise ptxas keeps a pointer of theirs live
+     across the k loop and, at 64 x 64 warp tiles on sm_80, spills it there. */
+  const InT *z_g, *u_g;
+  asm volatile("mov.b64 %0, %1;" : "=l"(z_g) : "l"(Z));
+  asm volatile("mov.b64 %0, %1;" : "=l"(u_g) : "l"(U));
+#pragma unroll
+  for (int i = 0; i < ${IT_Z}; ++i) {
+    const int r = b_r + i * ${RSB};
+$   if z_guard then
+    if (r >= ${RP}) break;
+$   end
+$   if rank_pad then
+    bool ok = r < ${RANK};
+$   else
+    bool ok = true;
+$   end
+$   if b_cols then
+    ok = ok && b_cok;
+$   end
+    sj_cp_async16(smem0 + r * ${ROWB} + ((b_c ^ (r & 7)) << 4),
+                  ok ? (const void *)(z_g + (${IDX})r * ${N} + col0 + b_c * 8) : (const void *)z_g, ok ? 16 : 0);
+  }
+#pragma unroll
+  for (int i = 0; i < ${IT_U}; ++i) {
+    const int c = tid + i * ${THREADS};
+$   if u_guard then
+    if (c >= ${BM * UC}) break;
+$   end
+    const int r = c / ${UC}, uc = c % ${UC};
+$   if rank_pad then
+    const bool ok = row0 + r < ${M} && uc < ${RANK // 8};
+$   else
+    const bool ok = row0 + r < ${M};
+$   end
+    sj_cp_async16(smem0 + ${U_OFF} + r * ${U_ROWB} + uc * 16,
+                  ok ? (const void *)(u_g + (${IDX})(row0 + r) * ${RANK} + uc * 8) : (const void *)u_g, ok ? 16 : 0);
+  }
+  sj_cp_async_commit();
+  sj_cp_async_wait<0>();
+  __syncthreads();
   if (!active) return;
+  {
+    /* Per k16 step: A (U, row-major) by ldmatrix.x4, lanes 0-15 rows 0-15 of its first 8
+       columns, lanes 16-31 of its second 8; B (Z, k x n) by ldmatrix.x2.trans, lanes 0-15 its
+       16 rows. A rolled loop: unrolled, ptxas hoists the next steps' fragments beside the
+       accumulators and spills at 64 x 64 warp tiles. */
+    const sj_u32 u_f = smem0 + ${U_OFF} + (warp_m * ${WM} + (lane & 15)) * ${U_ROWB} + (lane >> 4) * 16;
+    sj_u32 z_f[${NI}];
+#pragma unroll
+    for (int ni = 0; ni < ${NI}; ++ni)
+      z_f[ni] = smem0 + lane * ${ROWB} + (((warp_n * ${NI} + ni) ^ (lane & 7)) << 4);
+#pragma unroll 1
+    for (int j = 0; j < ${KK}; ++j) {
+      sj_u32 uf[${MI}][4];
+#pragma unroll
+      for (int mi = 0; mi < ${MI}; ++mi) sj_ldmatrix_x4(uf[mi], u_f + mi * ${16 * U_ROWB} + j * 32);
+#pragma unroll
+      for (int ni = 0; ni < ${NI}; ++ni) {
+        sj_u32 zf[2];
+        sj_ldmatrix_x2_trans(zf, z_f[ni] + j * ${16 * ROWB});
+#pragma unroll
+        for (int mi = 0; mi < ${MI}; ++mi) sj_mma_16816(acc[mi][ni], uf[mi], zf);
+      }
+    }
+  }
+$ else
+  if (!active) return;
+$ end
 
   /* Epilogue: accumulator (mi, ni) holds rows +g and +g+8, columns +2q and +2q+1. */
   const int g = lane >> 2, q = lane & 3;

@@ -70,7 +70,7 @@ static void test_names_and_fields(void **state)
         SJ_ASSERT_OK(op_template(d->op, &template_name));
         assert_string_equal(template_name, d->template_name);
         if (!strstr(op_names(), d->name)) fail_msg("op_names() '%s' lacks %s", op_names(), d->name);
-        if (d->reads & ~(unsigned)(OP_READS_VNM | OP_READS_TWELL | OP_READS_D_FF))
+        if (d->reads & ~(unsigned)(OP_READS_VNM | OP_READS_TWELL | OP_READS_D_FF | OP_READS_LOWRANK))
             fail_msg("%s: reads 0x%x has bits no OP_READS_* names", d->name, d->reads);
         if (d->tunable && !d->harness) fail_msg("%s is tunable but has no harness", d->name);
         /* what the walk below needs */
@@ -116,6 +116,7 @@ static void test_examples(void **state)
         full.vnm_v = 32, full.vnm_n = 2, full.vnm_m = 16;
         full.twell_tile = 64, full.twell_capacity = 8, full.twell_sparsity = 0.9, full.twell_skew = 1;
         full.d_ff = 4096;
+        full.lowrank_rank = 32;
         op_normalize(&full, &norm);
 #define EXPECT(read, f) expect_field(d->name, #f, (read) != 0, (double)full.f, (double)norm.f)
         EXPECT(1, op), EXPECT(1, dtype), EXPECT(1, out_dtype), EXPECT(1, m), EXPECT(1, n), EXPECT(1, k);
@@ -124,11 +125,12 @@ static void test_examples(void **state)
         EXPECT(d->reads & OP_READS_TWELL, twell_tile), EXPECT(d->reads & OP_READS_TWELL, twell_capacity);
         EXPECT(d->reads & OP_READS_TWELL, twell_sparsity), EXPECT(d->reads & OP_READS_TWELL, twell_skew);
         EXPECT(d->reads & OP_READS_D_FF, d_ff);
+        EXPECT(d->reads & OP_READS_LOWRANK, lowrank_rank);
         /* the example sets nothing its op ignores: normalizing it changes nothing */
         full = p;
         op_normalize(&full, &norm);
         EXPECT(1, vnm_v), EXPECT(1, vnm_n), EXPECT(1, vnm_m), EXPECT(1, twell_tile), EXPECT(1, twell_capacity);
-        EXPECT(1, twell_sparsity), EXPECT(1, twell_skew), EXPECT(1, d_ff);
+        EXPECT(1, twell_sparsity), EXPECT(1, twell_skew), EXPECT(1, d_ff), EXPECT(1, lowrank_rank);
 #undef EXPECT
     }
 }
@@ -264,10 +266,16 @@ static void test_variants_compile(void **state)
 {
     for (int i = 0; i < op_count(); i++) {
         const op_desc *d = op_at(i);
-        sj_problem p;
-        d->example(&p);
         for (int v = 0; v < d->n_variants; v++) {
             const op_variant *var = &d->variants[v];
+            sj_problem p;
+            if (var->example) {
+                var->example(&p);
+                assert_int_equal(p.op, d->op);
+                SJ_ASSERT_OK(sj_problem_validate(&p));
+            } else {
+                d->example(&p);
+            }
             for (int t = 0; t < N_TARGETS; t++) {
                 if (t < target_index(var->arch)) expect_refused(d, var, &p, t);
                 else compile_variant(d, var, &p, t);

@@ -1,8 +1,8 @@
 /* vnm_api.c: the device side of V:N:M: moving compressed matrices to and from the GPU, the GPU
  * compressor (templates/vnm_compress.lua; into the caller's arrays and workspace without waiting,
  * sj_vnm_compress_device_ws, or allocating and checking the pattern, sj_vnm_compress_device)
- * and sj_vnm_spmm (templates/vnm_spmm.lua through the
- * request path: kernel table, cache, template + NVRTC). */
+ * and sj_vnm_spmm and sj_vnm_spmm_lowrank (templates/vnm_spmm.lua through the request path:
+ * kernel table, cache, template + NVRTC). */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/vnm/vnm_format.h"
@@ -90,35 +90,63 @@ sj_status sj_vnm_problem(const sj_vnm_layout *l, int64_t n, sj_dtype out_dtype, 
     return sj_problem_validate(out);
 }
 
-sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
-                      float alpha, float beta, void *stream)
+/* The argument checks both SpMM entry points share (what: the caller). */
+static sj_status spmm_check(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
+                            const char *what)
 {
-    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: ctx is NULL");
+    if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
     if (p->op != SJ_OP_VNM_SPMM)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.op is %s, expected vnm-spmm", sj_op_name(p->op));
-    if (!A) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: A is NULL");
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected vnm-spmm", what, sj_op_name(p->op));
+    if (!A) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: A is NULL", what);
     const sj_vnm_layout *l = &A->layout;
-    if ((st = vnm_layout_check(l, "sj_vnm_spmm")) != SJ_OK) return st;
+    if ((st = vnm_layout_check(l, what)) != SJ_OK) return st;
     if (p->dtype != l->dtype || p->m != l->rows || p->k != l->cols || p->vnm_v != l->v || p->vnm_n != l->n ||
         p->vnm_m != l->m)
         return error_set(SJ_ERR_INVALID_ARGUMENT,
-                       "sj_vnm_spmm: problem (%s, m=%lld, k=%lld, V:N:M %d:%d:%d) does not match A (%s, %lldx%lld, "
+                       "%s: problem (%s, m=%lld, k=%lld, V:N:M %d:%d:%d) does not match A (%s, %lldx%lld, "
                        "%d:%d:%d); see sj_vnm_problem",
-                       sj_dtype_name(p->dtype), (long long)p->m, (long long)p->k, p->vnm_v, p->vnm_n, p->vnm_m,
+                       what, sj_dtype_name(p->dtype), (long long)p->m, (long long)p->k, p->vnm_v, p->vnm_n, p->vnm_m,
                        sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->v, l->n, l->m);
     if (p->n % 8)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: n = %lld must be a multiple of 8 (16-byte rows of B and C)",
-                       (long long)p->n);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: n = %lld must be a multiple of 8 (16-byte rows of B and C)",
+                       what, (long long)p->n);
     if ((st = rt_check_ptr("A.values", A->values, 16)) != SJ_OK || (st = rt_check_ptr("A.meta", A->meta, 16)) != SJ_OK ||
         (st = rt_check_ptr("A.index", A->index, 16)) != SJ_OK || (st = rt_check_ptr("B", B, 16)) != SJ_OK ||
         (st = rt_check_ptr("C", C, 16)) != SJ_OK)
         return st;
+    return SJ_OK;
+}
+
+sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
+                      float alpha, float beta, void *stream)
+{
+    if (p && p->lowrank_rank)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.lowrank_rank = %d: a low-rank term needs U "
+                         "and Z (sj_vnm_spmm_lowrank)", p->lowrank_rank);
     const loaded_kernel *k;
-    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    sj_status st = spmm_check(ctx, p, A, B, C, "sj_vnm_spmm");
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     void *args[] = { (void *)&A->values, (void *)&A->meta, (void *)&A->index, &B, &C, &m, &n, &kk, &alpha, &beta };
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
+}
+
+sj_status sj_vnm_spmm_lowrank(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B,
+                              sj_devptr C, sj_devptr U, sj_devptr Z, float alpha, float beta, void *stream)
+{
+    if (p && !p->lowrank_rank)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm_lowrank: problem.lowrank_rank is 0: set the rank "
+                         "r of U (rows x r) and Z (r x n), or call sj_vnm_spmm");
+    const loaded_kernel *k;
+    sj_status st = spmm_check(ctx, p, A, B, C, "sj_vnm_spmm_lowrank");
+    if (st != SJ_OK || (st = rt_check_ptr("U", U, 16)) != SJ_OK || (st = rt_check_ptr("Z", Z, 16)) != SJ_OK ||
+        (st = rt_kernel_for(ctx, p, &k)) != SJ_OK)
+        return st;
+    int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
+    void *args[] = { (void *)&A->values, (void *)&A->meta, (void *)&A->index, &B, &C, &m, &n, &kk, &alpha, &beta,
+                     &U, &Z };
     return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 

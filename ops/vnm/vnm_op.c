@@ -1,5 +1,5 @@
 /* vnm_op.c: the descriptors of the V:N:M ops: vnm-spmm (C = alpha * A_vnm . B + beta * C on
- * sparse tensor cores, tuned), vnm-compress (dense -> V:N:M on the device, one config), and for
+ * sparse tensor cores, with an optional low-rank term U . Z in the same kernel, tuned), vnm-compress (dense -> V:N:M on the device, one config), and for
  * training vnm-dw (the sampled weight gradient into W's value layout, tuned) and vnm-transpose
  * (compressed W -> dense masked W^T, one config; docs/training.md), and gmp-prune (one GMP
  * pruning step of a dense W and its mask, a kernel per stage). All read V:N:M from the
@@ -21,6 +21,20 @@ static sj_status validate(const sj_problem *p)
     return SJ_OK;
 }
 
+/* vnm-spmm also takes the rank of a low-rank term: whole 16-byte rows of U (rows x r), at most
+ * the 128 the kernel's shared-memory tile is sized for. */
+static sj_status validate_spmm(const sj_problem *p)
+{
+    sj_status st = validate(p);
+    if (st != SJ_OK) return st;
+    int r = p->lowrank_rank;
+    if (r && (r < SJ_LOWRANK_MIN_RANK || r > SJ_LOWRANK_MAX_RANK || r % 8))
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
+                         "problem.lowrank_rank = %d: expected 0 (none) or a multiple of 8 in %d..%d", r,
+                         SJ_LOWRANK_MIN_RANK, SJ_LOWRANK_MAX_RANK);
+    return SJ_OK;
+}
+
 /* vnm-dw also needs whole 16-byte rows of dY and X (k = tokens). */
 static sj_status validate_dw(const sj_problem *p)
 {
@@ -32,9 +46,12 @@ static sj_status validate_dw(const sj_problem *p)
     return SJ_OK;
 }
 
+/* Only vnm-spmm takes a rank (sj_problem_validate refuses one elsewhere); without one the text
+ * is what it always was, so the cached kernels of problems without a rank keep their keys. */
 static void key_text(const sj_problem *p, char *buf, size_t len)
 {
-    snprintf(buf, len, "V=%d,NS=%d,MS=%d", p->vnm_v, p->vnm_n, p->vnm_m);
+    if (p->lowrank_rank) snprintf(buf, len, "V=%d,NS=%d,MS=%d,R=%d", p->vnm_v, p->vnm_n, p->vnm_m, p->lowrank_rank);
+    else snprintf(buf, len, "V=%d,NS=%d,MS=%d", p->vnm_v, p->vnm_n, p->vnm_m);
 }
 
 static void fill_defaults(sj_problem *p)
@@ -47,13 +64,22 @@ static void fill_defaults(sj_problem *p)
 
 static void label(const sj_problem *p, char *buf, size_t len)
 {
-    snprintf(buf, len, "%d:%d:%d", p->vnm_v, p->vnm_n, p->vnm_m);
+    if (p->lowrank_rank) snprintf(buf, len, "%d:%d:%d+r%d", p->vnm_v, p->vnm_n, p->vnm_m, p->lowrank_rank);
+    else snprintf(buf, len, "%d:%d:%d", p->vnm_v, p->vnm_n, p->vnm_m);
 }
 
 static void example_spmm(sj_problem *p)
 {
     sj_problem_init(p, SJ_OP_VNM_SPMM, SJ_DTYPE_F16, 256, 256, 256);
     fill_defaults(p);
+}
+
+/* The same with a rank-40 low-rank term: 40 is not a multiple of 16, so the tail's last k16
+ * step is the padded one. */
+static void example_spmm_lowrank(sj_problem *p)
+{
+    example_spmm(p);
+    p->lowrank_rank = 40;
 }
 
 /* A 256 x 256 matrix to compress (n is unused; sj_vnm_compress_device asks for 1). */
@@ -77,9 +103,12 @@ static void example_transpose(sj_problem *p)
     fill_defaults(p);
 }
 
-/* mma.sp on sparse tensor cores, on every target. */
+/* mma.sp on sparse tensor cores, on every target; with a low-rank term, its dense m16n8k16 tail
+ * (HMMA.16816) on U and Z after the sparse loop. */
 static const op_variant variants_spmm[] = {
-    { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS" },
+    { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS", .sass_absent = "HMMA.16816" },
+    { .name = "sparse-mma-sync-lowrank", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,HMMA.16816.F32,LDGSTS,LDSM",
+      .example = example_spmm_lowrank },
 };
 
 /* No matrix instruction: the column norms are summed in fp64 so the choice is the host's to
@@ -111,15 +140,15 @@ const op_desc op_vnm_spmm = {
     .op = SJ_OP_VNM_SPMM,
     .name = "vnm-spmm",
     .template_name = "vnm_spmm",
-    .reads = OP_READS_VNM,
-    .n_args = 10,
+    .reads = OP_READS_VNM | OP_READS_LOWRANK,
+    .n_args = 12, /* the 10 of sj_vnm_spmm, then U and Z: a kernel without a rank takes the prefix */
     .tunable = 1,
-    .validate = validate,
+    .validate = validate_spmm,
     .key_text = key_text,
     .fill_defaults = fill_defaults,
     .label = label,
     .harness = &harness_vnm,
-    .baseline_help = "the dense GEMM of the same shape",
+    .baseline_help = "the dense GEMM of the same shape; with --rank R also cuBLAS's m x n over R GEMM U . Z",
     .example = example_spmm,
     .variants = variants_spmm,
     .n_variants = sizeof variants_spmm / sizeof *variants_spmm,

@@ -10,7 +10,7 @@ from ctypes import (POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int64
 from pathlib import Path
 
 #: The ABI this binding is written for (SJ_ABI_VERSION in include/sparsejit.h).
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class SparsejitError(RuntimeError):
@@ -86,7 +86,7 @@ class Problem(ctypes.Structure):
                 ("m", c_int64), ("n", c_int64), ("k", c_int64),
                 ("vnm_v", c_int), ("vnm_n", c_int), ("vnm_m", c_int),
                 ("twell_tile", c_int), ("twell_capacity", c_int), ("d_ff", c_int64),
-                ("twell_sparsity", c_double), ("twell_skew", c_double)]
+                ("twell_sparsity", c_double), ("twell_skew", c_double), ("lowrank_rank", c_int)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)
@@ -262,6 +262,8 @@ PROTOTYPES: dict[str, tuple] = {
     "sj_vnm_host_free": (None, [_P(VnmHost)]),
     "sj_vnm_problem": (_S, [_P(VnmLayout), c_int64, c_int, _P(Problem)]),
     "sj_vnm_spmm": (_S, [_ctx, _P(Problem), _P(VnmDevice), c_uint64, c_uint64, c_float, c_float, c_void_p]),
+    "sj_vnm_spmm_lowrank": (_S, [_ctx, _P(Problem), _P(VnmDevice), c_uint64, c_uint64, c_uint64, c_uint64, c_float,
+                                 c_float, c_void_p]),
     "sj_vnm_compress_device_ws": (_S, [_ctx, _P(VnmLayout), c_uint64, c_int64, c_int, _P(VnmDevice), c_uint64,
                                        c_size_t, c_void_p]),
     "sj_vnm_pattern_status": (_S, [_P(VnmLayout), c_uint64]),
