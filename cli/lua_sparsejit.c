@@ -65,7 +65,9 @@ typedef struct lua_fn_doc {
     { "d_ff", "integer", "-", "FFN inner size of the ops that take one (twell-ffn, hybrid-ffn-*), 1..2^30, as `--d-ff`" }, \
     { "sparsity", "number", "0.99", "twell-* and hybrid-*: the activations' fraction of zeros, in (0, 1), as " \
       "`--sparsity` (other ops do not read it)" }, \
-    { "skew", "number", "0", "twell-* and hybrid-*: how unevenly the units fire, 0..4, as `--skew`" }
+    { "skew", "number", "0", "twell-* and hybrid-*: how unevenly the units fire, 0..4, as `--skew`" }, \
+    { "rank", "integer", "0", "vnm-spmm: the rank of a low-rank term U . Z added in the same kernel, a multiple " \
+      "of 8 in 8..128, as `--rank` (other ops refuse it)" }
 
 /* What tune (per candidate) and bench both time with; defaults: sj_tune_options_init's. */
 #define TIMING_FIELDS \
@@ -352,6 +354,8 @@ static const op_bench *read_problem(lua_State *L, int t, const char *fn, int ben
         p->twell_capacity = (int)v[1];
     }
     p->d_ff = opt_integer(L, t, fn, "d_ff", 0, 1, PROBLEM_MAX_DIM);
+    /* sj_problem_validate names a rank that is no multiple of 8, or one the op does not take */
+    p->lowrank_rank = (int)opt_integer(L, t, fn, "rank", 0, SJ_LOWRANK_MIN_RANK, SJ_LOWRANK_MAX_RANK);
     const op_desc *d = op_find(op);
     if (d->reads & OP_READS_TWELL) {
         p->twell_sparsity = opt_number(L, t, fn, "sparsity", TWELL_DEFAULT_SPARSITY, -HUGE_VAL, HUGE_VAL);

@@ -98,7 +98,9 @@ out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
 for c in "gen --op gemm --vnm 64:2:8|--vnm does not apply to --op gemm (ops that read it: vnm-spmm" \
          "tune --op vnm-spmm --sparsity 0.9|--sparsity does not apply to --op vnm-spmm (ops that read it: twell-gate" \
          "bench --op vnm-train --twell 128:16|--twell does not apply to --op vnm-train" \
-         "gen --op twell-gate --d-ff 256|--d-ff does not apply to --op twell-gate"; do
+         "gen --op twell-gate --d-ff 256|--d-ff does not apply to --op twell-gate" \
+         "gen --op gemm --rank 32|--rank does not apply to --op gemm (ops that read it: vnm-spmm)" \
+         "bench --op vnm-train --rank 32|--rank does not apply to --op vnm-train"; do
   out=$("$cli" ${c%%|*} --shape 64x256x64 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -qF -- "${c#*|}" || fail "${c%%|*}: must exit 2 with '${c#*|}' (got $rc: $out)"
 done
@@ -126,6 +128,14 @@ check2 "--rounds '0' is out of range" bench --op vnm-train --shape 512x256x64 --
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
+# --rank: vnm-spmm's low-rank term, in the key and the kernel's arguments; refused outside 8..128 or off a multiple of 8
+check2 "--rank '256' is out of range; expected an integer in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 256
+check2 "problem.lowrank_rank = 12: expected 0 (none) or a multiple of 8 in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 12
+out=$("$cli" gen --op vnm-spmm --shape 256x64x512 --rank 24) || fail "gen --rank 24 must succeed"
+echo "$out" | head -1 | grep -q "V=64,NS=2,MS=8,R=24" || fail "gen --rank: the problem must carry it"
+echo "$out" | grep -q "float beta,$" && echo "$out" | grep -q "const InT\* __restrict__ U, const InT\* __restrict__ Z)" ||
+  fail "gen --rank: the kernel must take U and Z after beta"
+"$cli" gen --op vnm-spmm --shape 256x64x512 | grep -q "__restrict__ U" && fail "gen without --rank: the kernel must not take U"
 # a cache that cannot be opened never stops the CLI: info runs without one and says so once
 out=$(SPARSEJIT_CACHE=/proc/sparsejit-no/kernels.db "$cli" info 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c "warning: running without a kernel cache")" -eq 1 ] &&

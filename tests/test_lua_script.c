@@ -129,6 +129,14 @@ static void test_gpu_call_without_gpu_raises(void **state)
         "print('step', ok, err)\n"
         "ok, err = pcall(sparsejit.bench, { op = 'vnm-train-exact', shape = { 512, 256, 60 } })\n"
         "print('step tokens', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'vnm-spmm', shape = { 512, 256, 64 }, rank = 12 })\n"
+        "print('rank', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'gemm', shape = { 512, 256, 64 }, rank = 16 })\n"
+        "print('rank gemm', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'vnm-spmm', shape = { 512, 256, 64 }, rank = 256 })\n"
+        "print('rank range', ok, err)\n"
+        "ok, err = pcall(sparsejit.bench, { op = 'vnm-spmm', shape = { 512, 256, 64 }, rank = 32 })\n"
+        "print('rank ok', ok, err)\n"
         "sparsejit.tune{ op = 'gemm', shape = { 64, 64, 64 } }\n"
         "print('not reached')\n",
         NULL);
@@ -143,7 +151,13 @@ static void test_gpu_call_without_gpu_raises(void **state)
                            "vnm-spmm, twell-gate, twell-ffn");
     assert_contains(r.out, "step\tfalse\tsparsejit.bench: benchmarking needs a GPU");
     assert_contains(r.out, "step tokens\tfalse\tsparsejit.bench: problem.k = 60 (tokens) must be a multiple of 8");
-    assert_contains(r.err, "gpu.lua:17: sparsejit.tune: tuning needs a GPU");
+    assert_contains(r.out, "rank\tfalse\tsparsejit.bench: problem.lowrank_rank = 12: expected 0 (none) or a multiple of "
+                           "8 in 8..128");
+    assert_contains(r.out, "rank gemm\tfalse\tsparsejit.bench: problem.lowrank_rank = 16: gemm takes no low-rank term");
+    assert_contains(r.out, "rank range\tfalse\tsparsejit.bench: field 'rank' = 256 is out of range; expected an "
+                           "integer in 8..128");
+    assert_contains(r.out, "rank ok\tfalse\tsparsejit.bench: benchmarking needs a GPU");
+    assert_contains(r.err, "gpu.lua:25: sparsejit.tune: tuning needs a GPU");
     assert_contains(r.err, "stack traceback");
     assert_null(strstr(r.out, "not reached"));
     done(&r);
@@ -259,7 +273,7 @@ static void test_option_fields_checked(void **state)
         NULL);
     if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
     assert_contains(r.out, "tune\tfalse\tsparsejit.tune: unknown field 'bogus_field'; it takes op, dtype, out_dtype, shape, "
-                           "m, n, k, vnm, twell, d_ff, sparsity, skew, strategy, budget_trials, budget_seconds, seed, "
+                           "m, n, k, vnm, twell, d_ff, sparsity, skew, rank, strategy, budget_trials, budget_seconds, seed, "
                            "warmup_ms, rep_ms, threads, save, progress");
     assert_contains(r.out, "bench\tfalse\tsparsejit.bench: unknown field '1'; it takes op,");
     assert_contains(r.out, "layout\tfalse\tsparsejit.vnm_layout: unknown field 'colz'; it takes vnm, rows, cols, dtype");

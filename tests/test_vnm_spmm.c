@@ -1,13 +1,18 @@
-/* test_vnm_spmm.c: the V:N:M SpMM and the GPU compressor.
+/* test_vnm_spmm.c: the V:N:M SpMM (with and without its low-rank term) and the GPU compressor.
  * CPU: the templates generate and NVRTC-compile for sm_80 and sm_90a (the sm_90a SASS has
- * HMMA.SP and no local memory), bad configs and arguments are refused with the reason.
+ * HMMA.SP and no local memory; with a rank also HMMA.16816), bad configs and arguments are
+ * refused with the reason; the fp64 host reference of A . B + U . Z (vnm_spmm_host, walking the
+ * compressed slots) against a brute-force dense product of the decompressed A.
  * GPU: sj_vnm_spmm against an fp64 CPU reference of the decompressed A times B on fresh random
  * data for every V in {16, 32, 64, 128} and M in {4, 5, 7, 8, 16, 32, 64, 128}, f16 and bf16,
- * ragged shapes, alpha/beta and every output dtype; explicit tile configs; the GPU compressor
+ * ragged shapes, alpha/beta and every output dtype; explicit tile configs; sj_vnm_spmm_lowrank
+ * against vnm_spmm_host for V in {64, 128}, M in {8, 16}, r in {8, 32, 128} and r = 40, 72
+ * (a padded last k16 step), f16 and bf16, ragged shapes, and tile configs; the GPU compressor
  * byte for byte against the host compressor; upload/download round trips. */
 #include "test_util.h"
 #include "runtime/runtime.h"
 #include "ops/vnm/vnm_format.h"
+#include "ops/vnm/vnm_spmm_host.h"
 #include "generator/nvrtc.h"
 
 #include <math.h>
@@ -28,6 +33,13 @@ static sj_problem vnm_problem(sj_dtype dt, sj_dtype out, int64_t rows, int64_t n
     p.vnm_v = v;
     p.vnm_n = 2;
     p.vnm_m = m;
+    return p;
+}
+
+static sj_problem lowrank_problem(sj_dtype dt, sj_dtype out, int64_t rows, int64_t n, int64_t k, int v, int m, int r)
+{
+    sj_problem p = vnm_problem(dt, out, rows, n, k, v, m);
+    p.lowrank_rank = r;
     return p;
 }
 
@@ -61,14 +73,18 @@ static void test_template_compiles(void **state)
     (void)state;
     sj_context *ctx = gen_context();
     /* The benchmark shapes' defaults (gather and 2:4 paths), and small ragged ones. */
-    const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; } cases[] = {
-        { 28672, 8192, 8192, 128, 8, SJ_DTYPE_F16, SJ_DTYPE_F16 },
-        { 28672, 8192, 8192, 64, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16 },
-        { 4096, 4096, 4096, 128, 4, SJ_DTYPE_F16, SJ_DTYPE_F32 },
-        { 100, 136, 333, 16, 7, SJ_DTYPE_BF16, SJ_DTYPE_F16 },
+    const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; int rank; } cases[] = {
+        { 28672, 8192, 8192, 128, 8, SJ_DTYPE_F16, SJ_DTYPE_F16, 0 },
+        { 28672, 8192, 8192, 64, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16, 0 },
+        { 4096, 4096, 4096, 128, 4, SJ_DTYPE_F16, SJ_DTYPE_F32, 0 },
+        { 100, 136, 333, 16, 7, SJ_DTYPE_BF16, SJ_DTYPE_F16, 0 },
+        { 28672, 8192, 8192, 64, 8, SJ_DTYPE_F16, SJ_DTYPE_F32, 8 },
+        { 28672, 8192, 8192, 128, 16, SJ_DTYPE_BF16, SJ_DTYPE_BF16, 128 },
+        { 100, 136, 333, 16, 7, SJ_DTYPE_BF16, SJ_DTYPE_F16, 40 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        sj_problem p = vnm_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v, cases[i].m);
+        sj_problem p = lowrank_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v,
+                                       cases[i].m, cases[i].rank);
         size_t size;
         void *cubin = compile(ctx, &p, NULL, "sm_80", &size, NULL);
         assert_true(size > 0);
@@ -78,6 +94,9 @@ static void test_template_compiles(void **state)
         char *sass = tu_sass(cubin, size);
         if (sass) {
             if (!strstr(sass, "HMMA.SP.16832.F32")) fail_msg("%s: no HMMA.SP.16832 in the SASS", g->entry);
+            /* the low-rank tail's dense MMAs, and none without a rank */
+            if (!strstr(sass, "HMMA.16816.F32") != !p.lowrank_rank)
+                fail_msg("%s: HMMA.16816 %s in the SASS", g->entry, p.lowrank_rank ? "missing" : "present");
             if (strstr(sass, "LDL") || strstr(sass, "STL")) fail_msg("%s (%s): local memory in the SASS", g->entry, g->config);
             free(sass);
         }
@@ -116,6 +135,24 @@ static void test_template_rejects(void **state)
     sj_problem big = vnm_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 256, 8192, 128, 8);
     SJ_ASSERT_STATUS(sj_generate(ctx, &big, "BM=128,BN=256,WM=64,WN=64,STAGES=6", &g), SJ_ERR_INVALID_ARGUMENT,
                      "shared memory");
+    /* the rank: 8..128 in steps of 8, vnm-spmm only */
+    const int bad_ranks[] = { -8, 4, 12, 136 };
+    for (size_t i = 0; i < sizeof bad_ranks / sizeof *bad_ranks; i++) {
+        sj_problem q = lowrank_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 256, 512, 64, 8, bad_ranks[i]);
+        SJ_ASSERT_STATUS(sj_generate(ctx, &q, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "multiple of 8 in 8..128");
+    }
+    sj_problem dense;
+    sj_problem_init(&dense, SJ_OP_GEMM, SJ_DTYPE_F16, 256, 256, 256);
+    dense.lowrank_rank = 32;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &dense, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "gemm takes no low-rank term");
+    /* the rank is in the key text, and a rank-0 problem's text is what it always was */
+    char text[128];
+    sj_problem q = lowrank_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 256, 256, 512, 64, 8, 16);
+    SJ_ASSERT_OK(sj_problem_describe(&q, text, sizeof text));
+    assert_string_equal(text, "vnm-spmm f16->f16 256x256x512 V=64,NS=2,MS=8,R=16");
+    q.lowrank_rank = 0;
+    SJ_ASSERT_OK(sj_problem_describe(&q, text, sizeof text));
+    assert_string_equal(text, "vnm-spmm f16->f16 256x256x512 V=64,NS=2,MS=8");
     p.vnm_v = 48;
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, NULL, &g), SJ_ERR_INVALID_ARGUMENT, "V must be 16, 32, 64 or 128");
     p.vnm_v = 64;
@@ -158,7 +195,90 @@ static void test_spmm_arguments(void **state)
     sj_device_info info;
     SJ_ASSERT_OK(sj_get_device_info(ctx, &info));
     if (!info.has_gpu) SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &p, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_NO_GPU, NULL);
+
+    /* The low-rank entry point: a rank and U, Z, each refused by name; sj_vnm_spmm takes no rank. */
+    sj_devptr U = 0x40000, Z = 0x50000;
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &p, &A, 0x20000, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "lowrank_rank is 0");
+    q = p;
+    q.lowrank_rank = 32;
+    SJ_ASSERT_STATUS(sj_vnm_spmm(ctx, &q, &A, 0x20000, 0x30000, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm_lowrank");
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20000, 0x30000, 0, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "U is a null");
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20000, 0x30000, U, 0x50004, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "Z");
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20008, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "16-byte aligned");
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(NULL, &q, &A, 0x20000, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "sj_vnm_spmm_lowrank: ctx is NULL");
+    q.lowrank_rank = 20;
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20000, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "problem.lowrank_rank = 20");
+    q.lowrank_rank = 32;
+    q.k = 520;
+    SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20000, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_INVALID_ARGUMENT,
+                     "sj_vnm_spmm_lowrank: problem");
+    q.k = p.k;
+    if (!info.has_gpu)
+        SJ_ASSERT_STATUS(sj_vnm_spmm_lowrank(ctx, &q, &A, 0x20000, 0x30000, U, Z, 1, 0, NULL), SJ_ERR_NO_GPU, NULL);
     sj_context_destroy(ctx);
+}
+
+/* The host reference on fresh random data against a brute-force dense product in fp64 of the
+ * decompressed A (every element, zeros included) plus U . Z, for ranks 0 (no term) to 128,
+ * ragged rows, columns and n, both dtypes. Exact up to fp64 summation order. */
+static void test_host_reference_matches_dense(void **state)
+{
+    (void)state;
+    const struct { int64_t rows, cols, n; int v, m, rank; sj_dtype dt; } cases[] = {
+        { 70, 100, 24, 64, 8, 8, SJ_DTYPE_F16 },   { 130, 77, 16, 128, 16, 32, SJ_DTYPE_BF16 },
+        { 33, 250, 8, 16, 7, 128, SJ_DTYPE_F16 },  { 64, 64, 40, 32, 4, 0, SJ_DTYPE_BF16 },
+        { 129, 300, 8, 64, 32, 40, SJ_DTYPE_BF16 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int64_t rows = cases[c].rows, cols = cases[c].cols, n = cases[c].n;
+        const int r = cases[c].rank;
+        const sj_dtype dt = cases[c].dt;
+        sj_vnm_layout l;
+        SJ_ASSERT_OK(sj_vnm_layout_init(&l, dt, cases[c].v, 2, cases[c].m, rows, cols));
+        uint16_t *A = malloc(rows * cols * 2), *P = malloc(rows * cols * 2), *B = malloc(cols * n * 2);
+        uint16_t *U = malloc((r ? r : 1) * rows * 2), *Z = malloc((r ? r : 1) * n * 2);
+        double *got = malloc(rows * n * sizeof *got), *want = calloc(rows * n, sizeof *want);
+        assert_true(A && P && B && U && Z && got && want);
+        tu_fill16(dt, A, rows * cols, 1.0f, &rng);
+        tu_fill16(dt, B, cols * n, 1.0f, &rng);
+        tu_fill16(dt, U, r * rows, 1.0f, &rng);
+        tu_fill16(dt, Z, r * n, 1.0f, &rng);
+        sj_vnm_host h;
+        SJ_ASSERT_OK(sj_vnm_compress(&l, A, cols, SJ_VNM_PRUNE_L2, &h));
+        SJ_ASSERT_OK(sj_vnm_decompress(&h, P, cols));
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double sum = 0;
+                for (int64_t k = 0; k < cols; k++) sum += tu_load(dt, P, i * cols + k) * tu_load(dt, B, k * n + j);
+                for (int q = 0; q < r; q++) sum += tu_load(dt, U, i * r + q) * tu_load(dt, Z, q * n + j);
+                want[i * n + j] = sum;
+            }
+        for (int64_t i = 0; i < rows * n; i++) got[i] = NAN;
+        SJ_ASSERT_OK(vnm_spmm_host(&h, B, n, r, r ? U : NULL, r ? Z : NULL, got));
+        double worst = 0, norm = 0;
+        for (int64_t i = 0; i < rows * n; i++) {
+            double d = fabs(got[i] - want[i]);
+            worst = d > worst || d != d ? d : worst;
+            norm += want[i] * want[i];
+        }
+        if (!(worst <= 1e-9 * (1 + sqrt(norm)))) fail_msg("case %zu: host reference off by %g", c, worst);
+        if (r) {
+            /* the rank term is there: without it the result differs */
+            SJ_ASSERT_OK(vnm_spmm_host(&h, B, n, 0, NULL, NULL, got));
+            double diff = 0;
+            for (int64_t i = 0; i < rows * n; i++) diff += fabs(got[i] - want[i]);
+            assert_true(diff > 1.0);
+        }
+        SJ_ASSERT_STATUS(vnm_spmm_host(&h, B, n, 8, NULL, Z, got), SJ_ERR_INVALID_ARGUMENT, "needs U and Z");
+        sj_vnm_host_free(&h);
+        free(A); free(P); free(B); free(U); free(Z); free(got); free(want);
+    }
 }
 
 /* ---- GPU ---- */
@@ -195,24 +315,44 @@ static double run_spmm(sj_context *ctx, const sj_problem *p, float alpha, float 
     sj_vnm_host h;
     SJ_ASSERT_OK(sj_vnm_compress(&l, A, p->k, SJ_VNM_PRUNE_L2, &h));
     SJ_ASSERT_OK(sj_vnm_decompress(&h, P, p->k));
-    tu_ref_gemm16(p->dtype, P, B, ref, p->m, p->n, p->k);
+    /* with a rank: U and Z, and the slot-walking host reference of A . B + U . Z */
+    const int r = p->lowrank_rank;
+    size_t nu = (size_t)(p->m * r), nz = (size_t)(r * p->n);
+    uint16_t *U = malloc(nu * 2 + 2), *Z = malloc(nz * 2 + 2);
+    assert_true(U && Z);
+    tu_fill16(p->dtype, U, nu, 1.0f, &rng);
+    tu_fill16(p->dtype, Z, nz, 1.0f, &rng);
+    if (r) SJ_ASSERT_OK(vnm_spmm_host(&h, B, p->n, r, U, Z, ref));
+    else tu_ref_gemm16(p->dtype, P, B, ref, p->m, p->n, p->k);
     for (size_t i = 0; i < nc; i++) ref[i] = alpha * ref[i] + (beta != 0.0f ? beta * tu_load(p->out_dtype, C0, i) : 0.0);
     sj_vnm_device dA;
-    sj_devptr dB, dC;
+    sj_devptr dB, dC, dU = 0, dZ = 0;
     SJ_ASSERT_OK(sj_vnm_upload(ctx, &h, &dA));
     SJ_ASSERT_OK(sj_malloc(ctx, nb * 2, &dB));
     SJ_ASSERT_OK(sj_malloc(ctx, nc * osz, &dC));
     SJ_ASSERT_OK(sj_memcpy_htod(ctx, dB, B, nb * 2));
     SJ_ASSERT_OK(sj_memcpy_htod(ctx, dC, C0, nc * osz));
-    SJ_ASSERT_OK(sj_vnm_spmm(ctx, p, &dA, dB, dC, alpha, beta, NULL));
+    if (r) {
+        SJ_ASSERT_OK(sj_malloc(ctx, nu * 2, &dU));
+        SJ_ASSERT_OK(sj_malloc(ctx, nz * 2, &dZ));
+        SJ_ASSERT_OK(sj_memcpy_htod(ctx, dU, U, nu * 2));
+        SJ_ASSERT_OK(sj_memcpy_htod(ctx, dZ, Z, nz * 2));
+        SJ_ASSERT_OK(sj_vnm_spmm_lowrank(ctx, p, &dA, dB, dC, dU, dZ, alpha, beta, NULL));
+    } else {
+        SJ_ASSERT_OK(sj_vnm_spmm(ctx, p, &dA, dB, dC, alpha, beta, NULL));
+    }
     SJ_ASSERT_OK(sj_synchronize(ctx));
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, C, dC, nc * osz));
     double err = tu_rel_error(p->out_dtype, C, ref, nc);
     SJ_ASSERT_OK(sj_vnm_device_free(ctx, &dA));
     sj_free(ctx, dB);
     sj_free(ctx, dC);
+    if (r) {
+        sj_free(ctx, dU);
+        sj_free(ctx, dZ);
+    }
     sj_vnm_host_free(&h);
-    free(A); free(P); free(B); free(C0); free(C); free(ref);
+    free(A); free(P); free(B); free(C0); free(C); free(ref); free(U); free(Z);
     return err;
 }
 
@@ -266,6 +406,56 @@ static void test_spmm_configs(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sj_problem p = vnm_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v, cases[i].m);
+        SJ_ASSERT_OK(sj_set_config(ctx, &p, cases[i].cfg));
+        check_spmm(ctx, &p, 0.75f, i % 2 ? 0.5f : 0.0f);
+        SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+    }
+}
+
+/* The low-rank term: V in {64, 128}, M in {8, 16}, r in {8, 32, 128} and 40, 72 (r not a
+ * multiple of 16: the tail's last k16 step reads zeros past r), f16 and bf16, rows, n and K
+ * ragged (n a multiple of 8, not of the tile), every output dtype, alpha and beta. */
+static void test_lowrank_matches_fp64(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const int vs[] = { 64, 128 }, ms[] = { 8, 16 }, ranks[] = { 8, 32, 128, 40, 72 };
+    const int64_t shapes[][3] = { { 3, 136, 5 }, { 2, 72, 11 }, { 5, 264, 3 } }; /* rows = V*a+b, n, K = M*c+d */
+    const sj_dtype dts[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16 };
+    int i = 0;
+    for (int d = 0; d < 2; d++)
+        for (int vi = 0; vi < 2; vi++)
+            for (int mi = 0; mi < 2; mi++)
+                for (size_t ri = 0; ri < sizeof ranks / sizeof *ranks; ri++, i++) {
+                    const int64_t *s = shapes[i % 3];
+                    int v = vs[vi], m = ms[mi];
+                    sj_dtype out = (i % 3 == 0) ? SJ_DTYPE_F32 : (i % 3 == 1 ? dts[d] : dts[1 - d]);
+                    sj_problem p = lowrank_problem(dts[d], out, v * (s[0] / 2) + s[0] + 1, s[1], m * (8 + s[2]) + s[2], v,
+                                                   m, ranks[ri]);
+                    check_spmm(ctx, &p, i % 2 ? 1.25f : 1.0f, i % 2 ? -0.5f : 0.0f);
+                }
+}
+
+/* The tail under tile configs the defaults do not reach: several V blocks per CTA (BM > V), 8
+ * warps, 16-wide warps (one ldmatrix row group), BN = 256 with N ragged, BK = 128, a shallow
+ * ring whose slots are smaller than the tail's tiles (the shared size is the tail's). */
+static void test_lowrank_configs(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    const struct { int64_t rows, n, k; int v, m, r; sj_dtype dt, out; const char *cfg; } cases[] = {
+        { 300, 264, 1000, 64, 8, 32, SJ_DTYPE_F16, SJ_DTYPE_F16, "BM=128,BN=128,WM=64,WN=64,STAGES=4,BMAP=0" },
+        { 256, 512, 2048, 128, 16, 128, SJ_DTYPE_BF16, SJ_DTYPE_F32, "BM=256,BN=128,WM=64,WN=64,STAGES=3" },
+        { 256, 520, 1792, 128, 8, 72, SJ_DTYPE_F16, SJ_DTYPE_F16, "BM=128,BN=256,WM=64,WN=64,STAGES=2" },
+        { 96, 512, 4000, 64, 16, 128, SJ_DTYPE_BF16, SJ_DTYPE_BF16, "BM=32,BN=64,WM=16,WN=16,STAGES=2" },
+        { 192, 200, 640, 64, 8, 8, SJ_DTYPE_F16, SJ_DTYPE_F32, "BM=64,BN=64,WM=64,WN=16,STAGES=2,BMAP=1" },
+        { 200, 136, 900, 64, 16, 40, SJ_DTYPE_BF16, SJ_DTYPE_F16, "BM=128,BN=64,WM=32,WN=32,BK=128,STAGES=3" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = lowrank_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v,
+                                       cases[i].m, cases[i].r);
         SJ_ASSERT_OK(sj_set_config(ctx, &p, cases[i].cfg));
         check_spmm(ctx, &p, 0.75f, i % 2 ? 0.5f : 0.0f);
         SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
@@ -365,8 +555,11 @@ int main(void)
         cmocka_unit_test(test_template_compiles),
         cmocka_unit_test(test_template_rejects),
         cmocka_unit_test(test_spmm_arguments),
+        cmocka_unit_test(test_host_reference_matches_dense),
         cmocka_unit_test(test_spmm_matches_fp64),
         cmocka_unit_test(test_spmm_configs),
+        cmocka_unit_test(test_lowrank_matches_fp64),
+        cmocka_unit_test(test_lowrank_configs),
         cmocka_unit_test(test_compress_device_matches_host),
         cmocka_unit_test(test_upload_download),
     };
