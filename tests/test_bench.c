@@ -188,6 +188,15 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         SJ_ASSERT_OK(bench_flops("vnm-spmm", &p, &flops));
         expect_near("vnm-spmm", flops, 2.0 * p.m * p.n * p.k * 2.0 / p.vnm_m);
         expect_near("vnm-spmm (tuner)", op_find(SJ_OP_VNM_SPMM)->harness->flops(&p), flops);
+        /* with a low-rank term: its r columns count densely */
+        p.lowrank_rank = 8 * (int)pick(1, 16);
+        SJ_ASSERT_OK(bench_flops("vnm-spmm", &p, &flops));
+        expect_near("vnm-spmm + U.Z", flops, 2.0 * p.m * p.n * (p.k * 2.0 / p.vnm_m + p.lowrank_rank));
+        expect_near("vnm-spmm + U.Z (tuner)", op_find(SJ_OP_VNM_SPMM)->harness->flops(&p), flops);
+        baseline_step steps[BASELINE_MAX];
+        assert_int_equal(op_find(SJ_OP_VNM_SPMM)->harness->baseline(&p, steps), 2);
+        assert_true(steps[1].kind == BASELINE_GEMM && steps[1].m == p.m && steps[1].n == p.n &&
+                    steps[1].k == p.lowrank_rank);
 
         /* the sampled dW: the kept 2 of every M columns of W (m x n) over k tokens */
         sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_BF16, m, f, d);

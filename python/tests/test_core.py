@@ -49,6 +49,8 @@ def test_every_status_has_its_exception():
     (dict(op="vnm-spmm", shape="64x64x64", vnm="48:2:8"), "V must be 16, 32, 64 or 128"),
     (dict(op="vnm-spmm", shape="64x64x64", vnm="64-2-8"), "expected V:N:M"),
     (dict(op="twell-ffn", shape="64x64x64"), "needs d_ff"),
+    (dict(op="vnm-spmm", shape="64x64x64", rank=12), "lowrank_rank = 12: expected 0 \\(none\\) or a multiple of 8"),
+    (dict(op="gemm", shape="64x64x64", rank=16), "gemm takes no low-rank term"),
 ])
 def test_problem_argument_errors(kwargs, message):
     with pytest.raises(sparsejit.InvalidArgumentError, match=message):
@@ -58,6 +60,15 @@ def test_problem_argument_errors(kwargs, message):
 def test_describe():
     p = sparsejit.make_problem("vnm-spmm", "512x256x1024", dtype="bf16", out_dtype="f32", vnm="128:2:8")
     assert sparsejit.describe(p) == "vnm-spmm bf16->f32 512x256x1024 V=128,NS=2,MS=8"
+    p = sparsejit.make_problem("vnm-spmm", "512x256x1024", vnm="128:2:8", rank=32)
+    assert sparsejit.describe(p) == "vnm-spmm f16->f16 512x256x1024 V=128,NS=2,MS=8,R=32"
+
+
+def test_lowrank_kernel_generates_and_compiles(compile_ctx):
+    p = sparsejit.make_problem("vnm-spmm", "300x136x1000", dtype="bf16", vnm="64:2:8", rank=40)
+    g = compile_ctx.generate(p)
+    assert g.entry.endswith("_r40") and "const InT* __restrict__ U, const InT* __restrict__ Z)" in g.source
+    assert len(compile_ctx.compile(p)) > 0
 
 
 def test_generate_and_compile(compile_ctx):

@@ -1,6 +1,7 @@
-"""The PyTorch layer: fake (meta) implementations without a GPU, then on a GPU every op against a
+"""The PyTorch layer: fake (meta) implementations without a GPU, VNMLinear with low-rank adapters
+over CPU stand-ins of its kernels against fp64 autograd, then on a GPU every op against a
 torch reference (fp64 where it matters), VNMLinear's gradients (each backward: exact, double
-pruned, dense fallback) against fp64 autograd on the masked weight, the training ops' fake shapes
+pruned, dense fallback; with adapters) against fp64 autograd on the masked weight, the training ops' fake shapes
 and argument errors, a state_dict round trip, CUDA-graph capture of a forward and torch.compile of a
 small model. Skips, saying why, where torch or a GPU is missing."""
 from __future__ import annotations
@@ -74,6 +75,132 @@ def test_vnm_dw_refuses_bad_arguments_by_name(case, message):
         index = torch.empty(ni, dtype=torch.int32, device="cuda")
         with pytest.raises(ValueError, match=message):
             torch.ops.sparsejit.vnm_dw(dy, x, meta, index, rows, cols, vnm, None)
+
+
+def test_lowrank_fake_shape_and_refusals_without_a_gpu():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    rows, cols, n, vnm = 192, 320, 24, "64:2:8"
+    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, torch.float16)
+    with FakeTensorMode():
+        values = torch.empty(nv, dtype=torch.float16, device="cuda")
+        meta = torch.empty(nm, dtype=torch.int32, device="cuda")
+        index = torch.empty(ni, dtype=torch.int32, device="cuda")
+        b = torch.empty(cols, n, dtype=torch.float16, device="cuda")
+        u = torch.empty(rows, 32, dtype=torch.float16, device="cuda")
+        z = torch.empty(32, n, dtype=torch.float16, device="cuda")
+        c = torch.ops.sparsejit.vnm_spmm_lowrank(values, meta, index, b, u, z, rows, cols, vnm, torch.float32)
+        assert c.shape == (rows, n) and c.dtype == torch.float32
+        for bad_u, bad_z, message in [
+            (u[:, :12], z[:12], "rank 12: expected a multiple of 8"),
+            (u[:100], z, "do not fit"),
+            (u, z[:, :16], "do not fit"),
+            (u.bfloat16(), z, "but b is"),
+        ]:
+            with pytest.raises(ValueError, match=message):
+                torch.ops.sparsejit.vnm_spmm_lowrank(values, meta, index, b, bad_u, bad_z, rows, cols, vnm, None)
+    with pytest.raises(ValueError, match="rank 12: expected 0"):
+        sparsejit.nn.VNMLinear(64, 64, rank=12)
+
+
+def _host_vnm_linear(out_f: int, in_f: int, vnm: str, dtype: torch.dtype, rank: int, backward: str, seed: int):
+    """A VNMLinear on the CPU whose compressed weight comes from the host compressor."""
+    g = torch.Generator().manual_seed(seed)
+    m = sparsejit.nn.VNMLinear(in_f, out_f, vnm, dtype=dtype, backward=backward, rank=rank)
+    dt = "f16" if dtype == torch.float16 else "bf16"
+    w = torch.randn(out_f, in_f, generator=g).to(dtype)
+    host = sparsejit.vnm_compress(_host_bits(w), vnm, select="l2", dtype=dt)
+    with torch.no_grad():
+        m.values.copy_(torch.from_numpy(host.values.view("int16").copy()).view(dtype))
+        m.meta.copy_(torch.from_numpy(host.meta.view("int32").copy()))
+        m.index.copy_(torch.from_numpy(host.index.copy()))
+        m.bias.copy_(torch.randn(out_f, generator=g).to(dtype))
+        if rank:  # U non-zero, so that every adapter gradient is exercised
+            m.lowrank_u.copy_((torch.randn(out_f, rank, generator=g) * 0.1).to(dtype))
+    return m
+
+
+class _StandInVnmKernels:
+    """The V:N:M kernels VNMLinear calls, on the CPU in fp32 from a module's masked weight: what
+    the device ops compute (tested against fp64 on the GPU), so the test below checks the module's
+    autograd wiring alone."""
+
+    def __init__(self, m):
+        self.w = m.masked_weight().float()
+        self.pos = m.positions()
+        self.calls = []
+
+    def vnm_spmm_lowrank(self, values, meta, index, b, u, z, rows, cols, vnm, out_dtype):
+        self.calls.append("vnm_spmm_lowrank")
+        return (self.w @ b.float() + u.float() @ z.float()).to(out_dtype or b.dtype)
+
+    def vnm_dx_exact(self, values, meta, index, dy, rows, cols, vnm, out_dtype):
+        self.calls.append("vnm_dx_exact")
+        return (self.w.t() @ dy.float()).to(out_dtype or dy.dtype)
+
+    def vnm_dw(self, dy, x, meta, index, rows, cols, vnm, out_dtype):
+        self.calls.append("vnm_dw")
+        gw = (dy.float() @ x.float().t()).reshape(-1)
+        live = self.pos >= 0
+        return torch.where(live, gw[self.pos.clamp(min=0)], torch.zeros(())).to(out_dtype or dy.dtype)
+
+
+@pytest.mark.parametrize("backward", ["exact", "dense"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rank", [8, 32])
+def test_lowrank_vnm_linear_gradients_on_the_cpu_with_stand_in_kernels(monkeypatch, backward, dtype, rank):
+    """y = x . (W + U . V)^T + bias with Z = V . x^T by torch and U . Z inside the (stand-in) SpMM:
+    the output and the gradients of x, W's values, U, V and the bias against fp64 autograd of the
+    dense layer, ragged tokens (not a multiple of 8)."""
+    out_f, in_f, tokens = 72, 96, 21
+    m = _host_vnm_linear(out_f, in_f, "32:2:8", dtype, rank, backward, seed=rank)
+    kernels = _StandInVnmKernels(m)
+    for name in ("vnm_spmm_lowrank", "vnm_dx_exact", "vnm_dw"):
+        monkeypatch.setattr(sparsejit.ops.EAGER, name, getattr(kernels, name))
+    x = torch.randn(3, tokens // 3, in_f).to(dtype).requires_grad_(True)
+    y = m(x)
+    assert kernels.calls[0] == "vnm_spmm_lowrank"
+    g = torch.randn_like(y)
+    y.backward(g)
+    w = kernels.w.double().requires_grad_(True)
+    u = m.lowrank_u.detach().double().requires_grad_(True)
+    v = m.lowrank_v.detach().double().requires_grad_(True)
+    bias = m.bias.detach().double().requires_grad_(True)
+    xr = x.detach().double().requires_grad_(True)
+    ref = xr @ (w + u @ v).t() + bias
+    ref.backward(g.double())
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm()).item()
+
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    assert rel(y, ref) < tol
+    assert rel(x.grad, xr.grad) < tol
+    assert rel(m.lowrank_u.grad, u.grad) < tol
+    assert rel(m.lowrank_v.grad, v.grad) < tol
+    assert rel(m.bias.grad, bias.grad) < tol
+    pos = m.positions()
+    live = pos >= 0
+    gw = torch.zeros(out_f * in_f, dtype=torch.float64)
+    gw[pos[live]] = m.values.grad[live].double()
+    ref_gw = w.grad * (kernels.w != 0)
+    assert rel(gw.view(out_f, in_f), ref_gw) < tol
+    # the forward without autograd takes the same fused path
+    with torch.no_grad():
+        assert rel(m(x), ref.detach()) < tol
+
+
+def test_lowrank_state_dict_round_trip_on_the_cpu():
+    m = _host_vnm_linear(64, 64, "64:2:8", torch.float16, 16, "exact", seed=3)
+    assert set(m.state_dict()) == {"values", "meta", "index", "bias", "lowrank_u", "lowrank_v", "_extra_state"}
+    m2 = sparsejit.nn.VNMLinear(64, 64, "64:2:8", rank=16)
+    m2.load_state_dict(m.state_dict())
+    assert torch.equal(m2.lowrank_u, m.lowrank_u) and torch.equal(m2.lowrank_v, m.lowrank_v)
+    plain = sparsejit.nn.VNMLinear(64, 64, "64:2:8")
+    assert "rank" not in plain.get_extra_state()  # state_dicts from before adapters still load
+    with pytest.raises(ValueError, match="the state_dict holds"):  # adapters never load into a layer without
+        plain.load_state_dict(m.state_dict(), strict=False)
+    assert (m.lowrank_u.shape, m.lowrank_v.shape) == ((64, 16), (16, 64))
+    assert torch.count_nonzero(sparsejit.nn.VNMLinear(64, 64, rank=8).lowrank_u) == 0  # starts as the sparse layer
 
 
 def test_vnm_linear_refuses_an_unknown_backward():
@@ -198,6 +325,40 @@ def test_vnm_linear_forward_gradients_state_dict():
     m2 = sparsejit.nn.VNMLinear(256, 128, "128:2:8", device="cuda")
     m2.load_state_dict(m.state_dict())
     assert set(m.state_dict()) == {"values", "meta", "index", "bias", "_extra_state"}
+    with torch.no_grad():
+        assert torch.equal(m2(x), m(x))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rank", [8, 32, 128])
+def test_vnm_spmm_lowrank_and_linear_against_fp64(dtype, rank):
+    """The fused op against fp64 (ragged n), and VNMLinear with adapters: output and every
+    gradient against fp64 autograd of x . (W + U . V)^T, and a state_dict round trip."""
+    rows, cols, n = 200, 328, 40
+    lin = torch.nn.Linear(cols, rows).cuda().to(dtype)
+    m = sparsejit.nn.VNMLinear.from_dense(lin, "64:2:8", rank=rank)
+    with torch.no_grad():
+        m.lowrank_u.normal_(0, 0.05)
+    w = m.masked_weight().double()
+    b = torch.randn(cols, n, device="cuda").to(dtype)
+    u, z = m.lowrank_u.detach(), torch.randn(rank, n, device="cuda").to(dtype)
+    c = torch.ops.sparsejit.vnm_spmm_lowrank(m.values, m.meta, m.index, b, u, z, rows, cols, "64:2:8", torch.float32)
+    ref = w @ b.double() + u.double() @ z.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-5
+    x = torch.randn(45, cols, device="cuda", dtype=dtype, requires_grad=True)
+    y = m(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ur = u.double().requires_grad_(True)
+    vr = m.lowrank_v.detach().double().requires_grad_(True)
+    xr = x.detach().double().requires_grad_(True)
+    yr = xr @ (w + ur @ vr).t() + m.bias.double()
+    yr.backward(g.double())
+    for got, want in ((y, yr), (x.grad, xr.grad), (m.lowrank_u.grad, ur.grad), (m.lowrank_v.grad, vr.grad)):
+        assert ((got.double() - want).norm() / want.norm()).item() < 2e-2
+    m2 = sparsejit.nn.VNMLinear(cols, rows, "64:2:8", dtype=dtype, device="cuda", rank=rank)
+    m2.load_state_dict(m.state_dict())
     with torch.no_grad():
         assert torch.equal(m2(x), m(x))
 

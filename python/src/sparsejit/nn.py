@@ -45,27 +45,39 @@ def _tokens_last(t: torch.Tensor, pad: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, 0, 0, pad)).t().contiguous()
 
 
+def _spmm(b, values, meta, index, u, z, rows: int, cols: int, vnm: str) -> torch.Tensor:
+    """W . B (rows x tokens'), plus U . Z in the same kernel when the layer has adapters (u given)."""
+    ops = sops.ops_for(b, values)
+    if u is None:
+        return ops.vnm_spmm(values, meta, index, b, rows, cols, vnm, None)
+    return ops.vnm_spmm_lowrank(values, meta, index, b, u, z, rows, cols, vnm, None)
+
+
 class _VNMLinearFn(torch.autograd.Function):
-    """y = x . W^T through the sparse kernel; backward as VNMLinear's ``backward`` option says."""
+    """y = x . W^T (+ (U . Z)^T, Z = V . x^T computed by the caller) through the sparse kernel;
+    backward as VNMLinear's ``backward`` option says for x and W, and for the adapters
+    dU = dY^T . Z^T and dZ = U^T . dY^T (autograd takes dZ on to V and x through Z = V . x^T)."""
 
     @staticmethod
-    def forward(ctx, x2, values, meta, index, positions, rows: int, cols: int, vnm: str, backward: str):
+    def forward(ctx, x2, values, meta, index, positions, u, z, rows: int, cols: int, vnm: str, backward: str):
         tokens = x2.shape[0]
         b = _tokens_last(x2, (-tokens) % 8)  # X^T: cols x tokens', kept for dW
-        c = sops.ops_for(b, values).vnm_spmm(values, meta, index, b, rows, cols, vnm, None)
-        ctx.save_for_backward(b, values, meta, index, positions)
+        c = _spmm(b, values, meta, index, u, z, rows, cols, vnm)
+        ctx.save_for_backward(b, values, meta, index, positions, u, z)
         ctx.shape, ctx.tokens, ctx.backward_mode = (rows, cols, vnm), tokens, backward
         return c[:, :tokens].t()
 
     @staticmethod
     def backward(ctx, gy):
-        b, values, meta, index, positions = ctx.saved_tensors
+        b, values, meta, index, positions, u, z = ctx.saved_tensors
         (rows, cols, vnm), tokens = ctx.shape, ctx.tokens
         want_x, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dy = _tokens_last(gy.to(values.dtype), b.shape[1] - tokens)  # rows x tokens', zeros past the tokens
+        gu = dy @ z.t() if u is not None and ctx.needs_input_grad[5] else None
+        gz = u.t() @ dy if u is not None and ctx.needs_input_grad[6] else None
         if ctx.backward_mode == "dense":
             return (*_dense_backward(gy, b[:, :tokens].t(), values, positions, rows, cols, want_x, want_w),
-                    None, None, None, None, None, None, None)
-        dy = _tokens_last(gy.to(values.dtype), b.shape[1] - tokens)  # rows x tokens'
+                    None, None, None, gu, gz, None, None, None, None)
         ops = sops.ops_for(dy, b, values)
         gx = gv = None
         if want_x:
@@ -80,7 +92,7 @@ class _VNMLinearFn(torch.autograd.Function):
             # A kept slot holding an exact zero is pruned (GMP's unstructured mask inside the
             # pattern): its gradient stays 0 so an optimizer never revives it, as in "dense".
             gv = torch.where(values != 0, gv, torch.zeros((), dtype=gv.dtype, device=gv.device))
-        return gx, gv, None, None, None, None, None, None, None
+        return gx, gv, None, None, None, gu, gz, None, None, None, None
 
 
 def _dense_backward(gy, x2, values, positions, rows: int, cols: int, want_x: bool, want_w: bool):
@@ -119,15 +131,33 @@ class VNMLinear(nn.Module):
     - ``"dense"``: a dense fallback for checking: the masked weight is rebuilt densely (positions
       found once on the host) and the gradients are dense autograd's on it; a dense weight's
       memory and time per backward.
+
+    ``rank`` r > 0 (a multiple of 8 in 8..128) adds SLoPe's low-rank adapters, y = x . (W + U . V)^T:
+    ``lowrank_u`` (out x r, zeros at first, so the layer starts as the sparse one) and
+    ``lowrank_v`` (r x in, random), both Parameters in the layer's dtype. Z = V . x^T (r x tokens)
+    is a torch.mm, and the U . Z term is added inside the sparse kernel
+    (``torch.ops.sparsejit.vnm_spmm_lowrank``): extra reduction columns, one write of y. The
+    adapters' gradients are dU = dY^T . Z^T, dZ = U^T . dY^T, and through Z = V . x^T autograd's
+    dV and the x^T V term of dX (torch.mm).
         """
 
     def __init__(self, in_features: int, out_features: int, vnm: str = "64:2:8", bias: bool = True,
                  dtype: torch.dtype = torch.float16, device: Optional[torch.device] = None,
-                 backward: str = "exact"):
+                 backward: str = "exact", rank: int = 0):
         super().__init__()
         if backward not in BACKWARDS:
             raise ValueError(f"VNMLinear: backward {backward!r}: expected one of {BACKWARDS}")
+        if rank and not (8 <= rank <= 128 and rank % 8 == 0):
+            raise ValueError(f"VNMLinear: rank {rank}: expected 0 (no adapters) or a multiple of 8 in 8..128")
         self.in_features, self.out_features, self.vnm, self.backward = in_features, out_features, vnm, backward
+        self.rank = rank
+        if rank:
+            self.lowrank_u = nn.Parameter(torch.zeros(out_features, rank, dtype=dtype, device=device))
+            v = torch.empty(rank, in_features, dtype=torch.float32, device=device)
+            nn.init.kaiming_uniform_(v, a=5 ** 0.5)  # nn.Linear's (and LoRA's down-projection's) init
+            self.lowrank_v = nn.Parameter(v.to(dtype))
+        else:
+            self.lowrank_u = self.lowrank_v = None
         nv, nm, ni = sops.vnm_sizes(out_features, in_features, vnm, dtype)
         self.values = nn.Parameter(torch.zeros(nv, dtype=dtype, device=device))
         self.register_buffer("meta", torch.zeros(nm, dtype=torch.int32, device=device))
@@ -137,12 +167,13 @@ class VNMLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear: nn.Linear, vnm: str = "64:2:8", select: str = "l2",
-                   dtype: Optional[torch.dtype] = None, backward: str = "exact") -> "VNMLinear":
+                   dtype: Optional[torch.dtype] = None, backward: str = "exact", rank: int = 0) -> "VNMLinear":
         """Prunes linear's weight to V:N:M by magnitude (select "l2" or "l1" column norms, or
-        "exact" for a weight that already has the pattern) and compresses it, on its GPU."""
+        "exact" for a weight that already has the pattern) and compresses it, on its GPU; rank:
+        adapters as the constructor makes them (U zeros: the layer computes the pruned linear)."""
         w = linear.weight.detach()
         dt = dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
-        m = cls(linear.in_features, linear.out_features, vnm, linear.bias is not None, dt, w.device, backward)
+        m = cls(linear.in_features, linear.out_features, vnm, linear.bias is not None, dt, w.device, backward, rank)
         values, meta, index, word = torch.ops.sparsejit.vnm_compress(w.to(dt).contiguous(), vnm, select)
         if select == "exact":
             sops.check_pattern(word, m.out_features, m.in_features, vnm, dt)
@@ -155,8 +186,11 @@ class VNMLinear(nn.Module):
         return m
 
     def get_extra_state(self) -> dict:
-        return {"in_features": self.in_features, "out_features": self.out_features, "vnm": self.vnm,
-                "dtype": str(self.values.dtype)}
+        state = {"in_features": self.in_features, "out_features": self.out_features, "vnm": self.vnm,
+                 "dtype": str(self.values.dtype)}
+        if self.rank:  # absent without adapters: state_dicts saved before ranks existed still load
+            state["rank"] = self.rank
+        return state
 
     def set_extra_state(self, state: dict) -> None:
         mine = self.get_extra_state()
@@ -184,23 +218,27 @@ class VNMLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(self.values.dtype)
-        if torch.is_grad_enabled() and (x2.requires_grad or self.values.requires_grad):
+        pad = (-x2.shape[0]) % 8
+        u, z = self.lowrank_u, None
+        if self.rank:
+            z = _tokens_last(x2 @ self.lowrank_v.t(), pad)  # Z = V . X^T: r x tokens', a torch.mm
+        params = (self.values,) if u is None else (self.values, u, self.lowrank_v)
+        if torch.is_grad_enabled() and (x2.requires_grad or any(t.requires_grad for t in params)):
             # the slots' dense positions are the host's work: only the dense fallback needs them
             pos = self.positions() if self.backward == "dense" else None
-            y = _VNMLinearFn.apply(x2, self.values, self.meta, self.index, pos, self.out_features,
+            y = _VNMLinearFn.apply(x2, self.values, self.meta, self.index, pos, u, z, self.out_features,
                                    self.in_features, self.vnm, self.backward)
         else:
-            pad = (-x2.shape[0]) % 8
-            b = torch.nn.functional.pad(x2, (0, 0, 0, pad)).t().contiguous()
-            y = sops.ops_for(b, self.values).vnm_spmm(self.values, self.meta, self.index, b, self.out_features,
-                                                       self.in_features, self.vnm, None)[:, :x2.shape[0]].t()
+            b = _tokens_last(x2, pad)
+            y = _spmm(b, self.values, self.meta, self.index, u, z, self.out_features, self.in_features,
+                      self.vnm)[:, :x2.shape[0]].t()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, vnm={self.vnm}, "
-                f"backward={self.backward}")
+                f"backward={self.backward}" + (f", rank={self.rank}" if self.rank else ""))
 
 
 class TwELLFFN(nn.Module):

@@ -1,5 +1,5 @@
 """The PyTorch ops: torch.library custom ops ``torch.ops.sparsejit.{vnm_compress, vnm_spmm,
-vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn, hybrid_gate, hybrid_ffn_fwd,
+vnm_spmm_lowrank, vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn, hybrid_gate, hybrid_ffn_fwd,
 hybrid_ffn_dx}`` with fake (meta) implementations, so torch.compile traces them without a
 GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
@@ -35,6 +35,7 @@ _PLANS = 4096
 
 # The launches, resolved once: lib.<name> is an attribute lookup through CDLL per use.
 _VNM_SPMM, _VNM_COMPRESS, _VNM_DW = lib.sj_vnm_spmm, lib.sj_vnm_compress_device_ws, lib.sj_vnm_dw
+_VNM_SPMM_LOWRANK = lib.sj_vnm_spmm_lowrank
 _VNM_DX_EXACT, _VNM_DOUBLE_PRUNE, _GMP_PRUNE = lib.sj_vnm_dx_exact, lib.sj_vnm_double_prune, lib.sj_gmp_prune
 _TWELL_GATE, _TWELL_FFN = lib.sj_twell_gate, lib.sj_twell_ffn_ws
 _HYBRID_GATE, _HYBRID_FFN_FWD, _HYBRID_FFN_DX = lib.sj_hybrid_gate, lib.sj_hybrid_ffn_fwd, lib.sj_hybrid_ffn_dx
@@ -79,12 +80,16 @@ def _vnm_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype) -> tuple[VnmLa
 
 
 @functools.lru_cache(maxsize=_PLANS)
-def _spmm_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype, n: int,
-               out_dtype: torch.dtype) -> tuple[VnmLayout, tuple[int, int, int], Problem]:
+def _spmm_plan(rows: int, cols: int, vnm: str, dtype: torch.dtype, n: int, out_dtype: torch.dtype,
+               rank: int = 0) -> tuple[VnmLayout, tuple[int, int, int], Problem]:
+    """The layout, array sizes and problem of C = A . B (+ U . Z of rank ``rank``)."""
     _name(out_dtype, "vnm_spmm: out_dtype", _ALL)
     lay, sizes = _vnm_plan(rows, cols, vnm, dtype)
     p = Problem()
     call("sj_vnm_problem", _byref(lay), n, _SJ_DTYPE[out_dtype], _byref(p))
+    if rank:
+        p.lowrank_rank = rank
+        call("sj_problem_validate", _byref(p))  # names a rank off 8..128 or not a multiple of 8
     return lay, sizes, p
 
 
@@ -194,28 +199,34 @@ def check_pattern(word: torch.Tensor, rows: int, cols: int, vnm: str, dtype: tor
 # ---------------------------------------------------------------- vnm_spmm
 
 
+def _spmm_prepare(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: torch.Tensor, rows: int,
+                  cols: int, vnm: str, out_dtype: Optional[torch.dtype], rank: int, what: str):
+    """What vnm_spmm and vnm_spmm_lowrank check and allocate alike: (problem, A, C, context, stream)."""
+    _check(values, f"{what}: values", 1)
+    _check(meta, f"{what}: meta", 1)
+    _check(index, f"{what}: index", 1)
+    _check(b, f"{what}: b", 2)
+    dt = b.dtype
+    _name(dt, f"{what}: b")
+    if values.dtype != dt:
+        raise ValueError(f"{what}: values are {values.dtype} but b is {dt}")
+    k, n = b.shape
+    if k != cols:
+        raise ValueError(f"{what}: b has {k} rows; A has {cols} columns")
+    out_dt = out_dtype or dt
+    lay, sizes, p = _spmm_plan(rows, cols, vnm, dt, n, out_dt, rank)
+    if (values.numel(), meta.numel(), index.numel()) != sizes:
+        raise ValueError(f"{what}: values/meta/index do not hold a {rows}x{cols} {vnm} matrix")
+    c = torch.empty(rows, n, dtype=out_dt, device=b.device)
+    handle, stream = _ctx_stream(b)
+    return p, VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr()), c, handle, stream
+
+
 def _vnm_spmm(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: torch.Tensor, rows: int, cols: int,
              vnm: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """C = A . B on sparse tensor cores: A the V:N:M matrix (rows x cols) of values/meta/index,
     B dense cols x n (n a multiple of 8), C rows x n in out_dtype (default B's dtype)."""
-    _check(values, "vnm_spmm: values", 1)
-    _check(meta, "vnm_spmm: meta", 1)
-    _check(index, "vnm_spmm: index", 1)
-    _check(b, "vnm_spmm: b", 2)
-    dt = b.dtype
-    _name(dt, "vnm_spmm: b")
-    if values.dtype != dt:
-        raise ValueError(f"vnm_spmm: values are {values.dtype} but b is {dt}")
-    k, n = b.shape
-    if k != cols:
-        raise ValueError(f"vnm_spmm: b has {k} rows; A has {cols} columns")
-    out_dt = out_dtype or dt
-    lay, sizes, p = _spmm_plan(rows, cols, vnm, dt, n, out_dt)
-    if (values.numel(), meta.numel(), index.numel()) != sizes:
-        raise ValueError(f"vnm_spmm: values/meta/index do not hold a {rows}x{cols} {vnm} matrix")
-    c = torch.empty(rows, n, dtype=out_dt, device=b.device)
-    handle, stream = _ctx_stream(b)
-    a = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
+    p, a, c, handle, stream = _spmm_prepare(values, meta, index, b, rows, cols, vnm, out_dtype, 0, "vnm_spmm")
     check(_VNM_SPMM(handle, _byref(p), _byref(a), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream), "sj_vnm_spmm")
     return c
 
@@ -225,6 +236,46 @@ vnm_spmm = torch.library.custom_op("sparsejit::vnm_spmm", _vnm_spmm, mutates_arg
 
 @vnm_spmm.register_fake
 def _(values, meta, index, b, rows, cols, vnm, out_dtype=None):
+    return b.new_empty(rows, b.shape[1], dtype=out_dtype or b.dtype)
+
+
+def _lowrank_checks(b: torch.Tensor, u: torch.Tensor, z: torch.Tensor, rows: int) -> int:
+    """The rank r of U (rows x r) and Z (r x n, n = b's columns), after checking that they fit b."""
+    if u.dim() != 2 or z.dim() != 2:
+        raise ValueError(f"vnm_spmm_lowrank: u and z must be 2-D, got shapes {tuple(u.shape)} and {tuple(z.shape)}")
+    r = u.shape[1]
+    if u.shape[0] != rows or tuple(z.shape) != (r, b.shape[1]):
+        raise ValueError(f"vnm_spmm_lowrank: u {tuple(u.shape)} and z {tuple(z.shape)} do not fit: expected u "
+                         f"{rows} x r and z r x {b.shape[1]}")
+    if u.dtype != b.dtype or z.dtype != b.dtype:
+        raise ValueError(f"vnm_spmm_lowrank: u and z are {u.dtype} and {z.dtype} but b is {b.dtype}")
+    if not (8 <= r <= 128 and r % 8 == 0):
+        raise ValueError(f"vnm_spmm_lowrank: rank {r}: expected a multiple of 8 in 8..128")
+    return r
+
+
+def _vnm_spmm_lowrank(values: torch.Tensor, meta: torch.Tensor, index: torch.Tensor, b: torch.Tensor, u: torch.Tensor,
+                     z: torch.Tensor, rows: int, cols: int, vnm: str,
+                     out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """C = A . B + U . Z in one kernel (SLoPe's low-rank adapters): A and B as in vnm_spmm, U
+    rows x r and Z r x n dense in B's dtype, r a multiple of 8 in 8..128; U's r columns are extra
+    reduction columns of the sparse product, so C is written once. Z = V . B is the caller's."""
+    _check(b, "vnm_spmm_lowrank: b", 2)
+    _check(u, "vnm_spmm_lowrank: u", 2)
+    _check(z, "vnm_spmm_lowrank: z", 2)
+    r = _lowrank_checks(b, u, z, rows)
+    p, a, c, handle, stream = _spmm_prepare(values, meta, index, b, rows, cols, vnm, out_dtype, r, "vnm_spmm_lowrank")
+    check(_VNM_SPMM_LOWRANK(handle, _byref(p), _byref(a), b.data_ptr(), c.data_ptr(), u.data_ptr(), z.data_ptr(), 1.0,
+                            0.0, stream), "sj_vnm_spmm_lowrank")
+    return c
+
+
+vnm_spmm_lowrank = torch.library.custom_op("sparsejit::vnm_spmm_lowrank", _vnm_spmm_lowrank, mutates_args=())
+
+
+@vnm_spmm_lowrank.register_fake
+def _(values, meta, index, b, u, z, rows, cols, vnm, out_dtype=None):
+    _lowrank_checks(b, u, z, rows)
     return b.new_empty(rows, b.shape[1], dtype=out_dtype or b.dtype)
 
 
@@ -729,7 +780,7 @@ def _(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype=None):
 #: torch.ops.sparsejit.<name>, without the custom-op dispatch around them (tens of us of host
 #: time per call; bench/torch_vnm_bench.py's launch cost measures both).
 EAGER = SimpleNamespace(**{n: globals()["_" + n] for n in (
-    "vnm_compress", "vnm_spmm", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn",
+    "vnm_compress", "vnm_spmm", "vnm_spmm_lowrank", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn",
     "hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx")})
 
 

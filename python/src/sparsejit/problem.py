@@ -58,9 +58,10 @@ def parse_ints(text: str, count: int, what: str, example: str) -> tuple[int, ...
 
 def make_problem(op: str, shape: Shape, dtype: str = "f16", out_dtype: Optional[str] = None,
                  vnm: Optional[str] = None, twell: Optional[str] = None, d_ff: Optional[int] = None,
-                 sparsity: Optional[float] = None, skew: float = 0.0) -> Problem:
+                 sparsity: Optional[float] = None, skew: float = 0.0, rank: int = 0) -> Problem:
     """The sj_problem of op at shape (the CLI's --op --shape --dtype --out --vnm --twell --d-ff
-    --sparsity --skew), validated by the library."""
+    --sparsity --skew --rank), validated by the library (which refuses a rank other ops than
+    vnm-spmm would ignore)."""
     m, n, k = parse_shape(shape)
     p = Problem()
     code = op_code(op)
@@ -77,6 +78,7 @@ def make_problem(op: str, shape: Shape, dtype: str = "f16", out_dtype: Optional[
             if d_ff is None:
                 raise InvalidArgumentError("twell-ffn needs d_ff (the FFN's inner size)")
             p.d_ff = int(d_ff)
+    p.lowrank_rank = int(rank)
     call("sj_problem_validate", ctypes.byref(p))
     return p
 
