@@ -37,18 +37,22 @@ def test_fake_shapes_without_a_gpu():
         assert y.shape == (100, 256) and y.dtype == torch.bfloat16
 
 
+def _fake_vnm_arrays(rows: int, cols: int, vnm: str, dtype: torch.dtype):
+    """values, meta and index of a rows x cols compressed matrix (call under FakeTensorMode)."""
+    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, dtype)
+    return (torch.empty(nv, dtype=dtype, device="cuda"), torch.empty(nm, dtype=torch.int32, device="cuda"),
+            torch.empty(ni, dtype=torch.int32, device="cuda"))
+
+
 def test_training_ops_fake_shapes_without_a_gpu():
     from torch._subclasses.fake_tensor import FakeTensorMode
     rows, cols, tokens, vnm = 192, 320, 24, "64:2:8"
-    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, torch.bfloat16)
     with FakeTensorMode():
-        values = torch.empty(nv, dtype=torch.bfloat16, device="cuda")
-        meta = torch.empty(nm, dtype=torch.int32, device="cuda")
-        index = torch.empty(ni, dtype=torch.int32, device="cuda")
+        values, meta, index = _fake_vnm_arrays(rows, cols, vnm, torch.bfloat16)
         dy = torch.empty(rows, tokens, dtype=torch.bfloat16, device="cuda")
         x = torch.empty(cols, tokens, dtype=torch.bfloat16, device="cuda")
         dw = torch.ops.sparsejit.vnm_dw(dy, x, meta, index, rows, cols, vnm, torch.float32)
-        assert dw.shape == (nv,) and dw.dtype == torch.float32
+        assert dw.shape == values.shape and dw.dtype == torch.float32
         dx = torch.ops.sparsejit.vnm_dx_exact(values, meta, index, dy, rows, cols, vnm, None)
         assert dx.shape == (cols, tokens) and dx.dtype == torch.bfloat16
         v2, m2, i2 = torch.ops.sparsejit.vnm_double_prune(values, meta, index, rows, cols, vnm)
@@ -80,11 +84,8 @@ def test_vnm_dw_refuses_bad_arguments_by_name(case, message):
 def test_lowrank_fake_shape_and_refusals_without_a_gpu():
     from torch._subclasses.fake_tensor import FakeTensorMode
     rows, cols, n, vnm = 192, 320, 24, "64:2:8"
-    nv, nm, ni = sparsejit.ops.vnm_sizes(rows, cols, vnm, torch.float16)
     with FakeTensorMode():
-        values = torch.empty(nv, dtype=torch.float16, device="cuda")
-        meta = torch.empty(nm, dtype=torch.int32, device="cuda")
-        index = torch.empty(ni, dtype=torch.int32, device="cuda")
+        values, meta, index = _fake_vnm_arrays(rows, cols, vnm, torch.float16)
         b = torch.empty(cols, n, dtype=torch.float16, device="cuda")
         u = torch.empty(rows, 32, dtype=torch.float16, device="cuda")
         z = torch.empty(32, n, dtype=torch.float16, device="cuda")
