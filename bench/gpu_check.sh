@@ -96,6 +96,13 @@ fi
 for dt in $dtypes; do for s in $vnm_shapes; do for v in $vnm_v; do for m in 4 8 16 32; do
   bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m"
 done; done; done; done
+# The same SpMM with SLoPe's low-rank term U . Z in the kernel (--rank R) against cuBLAS's dense
+# GEMM plus its m x n over R GEMM U . Z; not yet run on a GPU.
+lr_shapes="11008x8192x4096 28672x8192x8192"; lr_ranks="8 32 128"
+[ $lean -eq 1 ] && { lr_shapes="11008x8192x4096"; lr_ranks="32"; }
+for dt in $dtypes; do for s in $lr_shapes; do for v in 64 128; do for m in 8 16; do for r in $lr_ranks; do
+  bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m" --rank $r
+done; done; done; done; done
 # One V:N:M linear layer's training step (forward, dX, dW) against the dense step's three cuBLAS
 # GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
 # double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step
