@@ -113,7 +113,11 @@ typedef struct sj_context_options {
 SJ_API void sj_context_options_init(sj_context_options *opts);
 
 /* Creates a context. Without a GPU (and require_gpu == 0) the context can still generate and
- * compile kernels for opts->arch (default "sm_90a"); launches then fail with SJ_ERR_NO_GPU. */
+ * compile kernels for opts->arch (default "sm_90a"); launches then fail with SJ_ERR_NO_GPU.
+ * sparsejit works on the device's primary context (the one the CUDA runtime, cuBLAS and PyTorch
+ * use), making it current while a call needs it; every function that takes a context leaves the
+ * calling thread's current context as it found it (yours, or none), so streams and pointers
+ * passed in must belong to the primary context. */
 SJ_API sj_status sj_context_create(const sj_context_options *opts, sj_context **out);
 SJ_API sj_status sj_context_destroy(sj_context *ctx);
 
