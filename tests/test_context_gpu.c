@@ -1,5 +1,5 @@
 /* test_context_gpu.c: sparsejit leaves the calling thread's current CUDA context as it found it
- * (runtime/runtime.h, RT_KEEP_CALLER_CONTEXT): none current before a call, none after; a context
+ * (runtime/runtime.h, RT_USE_CONTEXT): none current before a call, none after; a context
  * of the caller's own (cuCtxCreate) current before, the same one after, also across creating and
  * destroying a second sparsejit context. The work done meanwhile (a GEMM on the primary context)
  * is checked against fp64 so a call that skipped its work cannot pass. The caller's context and

@@ -76,7 +76,7 @@ sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, c
                             sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
                             void *stream)
 {
-    RT_KEEP_CALLER_CONTEXT();
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_fwd";
     const char *const names[] = { "X", "WuT", "Wd", "Y" };
     const sj_devptr ptrs[] = { X, WuT, Wd, Y };
@@ -93,7 +93,7 @@ sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, c
                            sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
                            sj_devptr du_backup, void *stream)
 {
-    RT_KEEP_CALLER_CONTEXT();
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_dx";
     const char *const names[] = { "dY", "WgT", "WuT", "Wd", "dX" };
     const sj_devptr ptrs[] = { dY, WgT, WuT, Wd, dX };
