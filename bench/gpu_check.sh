@@ -116,6 +116,14 @@ for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
     bench --op vnm-dw --shape "$s" --dtype bf16 --vnm "128:2:$m" ${c:+--config $c}
   done
 done; done
+# The hybrid FFN's three weight gradients alone (the transpose and the gather kernel, timed
+# together) against the three dense weight-gradient GEMMs, 8192 tokens, bf16; bench/NOTES.md has
+# the roofline these rows check. --lean: (4096, 11008) at 99% only.
+for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for skew in 0 1; do
+  set -- $dims
+  [ $lean -eq 1 ] && { [ "$1" != 4096 ] || [ "$sp" != 0.99 ]; } && continue
+  bench --op hybrid-ffn-dw --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
+done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)
