@@ -114,6 +114,7 @@ sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj
                            sj_devptr du_values, sj_devptr du_backup, sj_devptr dWgT, sj_devptr dWuT, sj_devptr dWd,
                            sj_devptr workspace, size_t workspace_bytes, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_dw";
     const char *const names[] = { "X", "dY", "dWgT", "dWuT", "dWd", "workspace" };
     const sj_devptr ptrs[] = { X, dY, dWgT, dWuT, dWd, workspace };
