@@ -100,37 +100,10 @@ local function problem_ok(problem)
   return true
 end
 
-local function valid(problem, cfg)
-  for _, p in ipairs(PARAMS) do
-    if math.type(cfg[p]) ~= "integer" then return false, p .. " is missing or not an integer" end
-  end
-  local ok, why = problem_ok(problem)
-  if not ok then return false, why end
-  local BM, BN, BK, WM, WN, V = cfg.BM, cfg.BN, cfg.BK, cfg.WM, cfg.WN, problem.V
-  if not member(BM_EDGES, BM) then return false, "BM=" .. BM .. " must be 16, 32, 64, 128 or 256" end
-  if not member(BN_EDGES, BN) then return false, "BN=" .. BN .. " must be 64, 128 or 256" end
-  if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 64 or 128" end
-  if cfg.WG == 1 then
-    local ok_wg, why_wg = wgmma.valid(problem, cfg)
-    if not ok_wg then return false, why_wg end
-  elseif cfg.WG == 0 then
-    if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
-    if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
-    if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
-    if BN % WN ~= 0 then return false, "BN=" .. BN .. " is not a multiple of WN=" .. WN end
-    if WM > V then return false, string.format("WM=%d exceeds V=%d: a warp must lie in one V block", WM, V) end
-    if BM <= V and V % BM ~= 0 then return false, string.format("V=%d is not a multiple of BM=%d", V, BM) end
-    if BM > V and BM % V ~= 0 then return false, string.format("BM=%d is not a multiple of V=%d", BM, V) end
-    local warps = (BM // WM) * (BN // WN)
-    if warps ~= 4 and warps ~= 8 then
-      return false, string.format("(BM/WM)*(BN/WN) = %d warps, must be 4 or 8", warps)
-    end
-    if WM * WN // 32 > MAX_ACC then
-      return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
-    end
-  else
-    return false, "WG=" .. cfg.WG .. " must be 0 (mma.sp) or 1 (wgmma.sp)"
-  end
+-- The checks of every config after its tile's (WG=0's warps, WG=1's warpgroups): k stages,
+-- raster, shared memory, tiles no larger than the problem.
+local function ring_ok(problem, cfg)
+  local BM, BN, BK = cfg.BM, cfg.BN, cfg.BK
   local L = layout(problem)
   if L.KG % BK ~= 0 then
     return false, string.format("BK=%d does not divide the %d gathered columns", BK, L.KG)
@@ -153,6 +126,39 @@ local function valid(problem, cfg)
     return false, string.format("BN=%d is too large for N=%d", BN, problem.N)
   end
   return true
+end
+
+local function valid(problem, cfg)
+  for _, p in ipairs(PARAMS) do
+    if math.type(cfg[p]) ~= "integer" then return false, p .. " is missing or not an integer" end
+  end
+  local ok, why = problem_ok(problem)
+  if not ok then return false, why end
+  local BM, BN, BK, WM, WN, V = cfg.BM, cfg.BN, cfg.BK, cfg.WM, cfg.WN, problem.V
+  if not member(BM_EDGES, BM) then return false, "BM=" .. BM .. " must be 16, 32, 64, 128 or 256" end
+  if not member(BN_EDGES, BN) then return false, "BN=" .. BN .. " must be 64, 128 or 256" end
+  if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 64 or 128" end
+  if cfg.WG == 1 then
+    local ok_wg, why_wg = wgmma.valid(problem, cfg)
+    if not ok_wg then return false, why_wg end
+    return ring_ok(problem, cfg)
+  end
+  if cfg.WG ~= 0 then return false, "WG=" .. cfg.WG .. " must be 0 (mma.sp) or 1 (wgmma.sp)" end
+  if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
+  if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
+  if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
+  if BN % WN ~= 0 then return false, "BN=" .. BN .. " is not a multiple of WN=" .. WN end
+  if WM > V then return false, string.format("WM=%d exceeds V=%d: a warp must lie in one V block", WM, V) end
+  if BM <= V and V % BM ~= 0 then return false, string.format("V=%d is not a multiple of BM=%d", V, BM) end
+  if BM > V and BM % V ~= 0 then return false, string.format("BM=%d is not a multiple of V=%d", BM, V) end
+  local warps = (BM // WM) * (BN // WN)
+  if warps ~= 4 and warps ~= 8 then
+    return false, string.format("(BM/WM)*(BN/WN) = %d warps, must be 4 or 8", warps)
+  end
+  if WM * WN // 32 > MAX_ACC then
+    return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
+  end
+  return ring_ok(problem, cfg)
 end
 
 local function space(problem)

@@ -222,28 +222,22 @@ $ if gather then
        every copy would wait for its own index). */
     int src_row[${IT_B}];
     const sj_u32 idx_at = index_ring + (ks % ${2 * STAGES}) * ${IDX_SLOT};
-$   if BMAP == 1 then
-$     for v = 0, IT_B // IVW - 1 do
-$       local at = string.format("idx_at + b_r * %d + %d", IT_B * 4, v * IVW * 4)
-$       if IVW == 1 then
+$   -- BMAP 1: a run of IT_B indices, IVW a load; BMAP 0: one a load, RSB rows apart
+$   local width = BMAP == 1 and IVW or 1
+$   for v = 0, IT_B // width - 1 do
+$     local at = BMAP == 1 and string.format("idx_at + b_r * %d + %d", IT_B * 4, v * width * 4)
+$                          or string.format("idx_at + (b_r + %d) * 4", v * RSB)
+$     if width == 1 then
     src_row[${v}] = (int)sj_lds32(${at});
-$       else
-    sj_lds${IVW * 32}((sj_u32*)src_row + ${v * IVW}, ${at});
-$       end
+$     else
+    sj_lds${width * 32}((sj_u32*)src_row + ${v * width}, ${at});
 $     end
-$   else
-#pragma unroll
-    for (int i = 0; i < ${IT_B}; ++i) src_row[i] = (int)sj_lds32(idx_at + (b_r + i * ${RSB}) * 4);
 $   end
 $ end
     const sj_u32 b_dst = ring + slot * ${B_STAGE};
 #pragma unroll
     for (int i = 0; i < ${IT_B}; ++i) {
-$ if BMAP == 1 then
-      const int fr = b_r * ${IT_B} + i;
-$ else
-      const int fr = b_r + i * ${RSB};
-$ end
+      const int fr = ${BMAP == 1 and "b_r * " .. IT_B .. " + i" or "b_r + i * " .. RSB};   /* the i-th row this thread copies */
 $ if gather then
       const int row = src_row[i];
       bool ok = row >= 0;
@@ -285,19 +279,16 @@ $ end
   for (int j = 0; j < ${BN // 8}; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   sj_u32 af[2][${KSTEPS}][4], ef[2][${PAIRS}];
 
+  /* Stages 0 .. STAGES-2 in flight, a commit group each (empty past the last stage); with a
+     gather, their row indices land first (load_stage(ks) reads those of ks and fetches those of
+     ks + STAGES - 1). */
 $ if gather then
-  /* The indices of the first STAGES-1 stages; load_stage(ks) fetches those of ks + STAGES - 1. */
-#pragma unroll
-  for (int st = 0; st < ${STAGES - 1}; ++st) fetch_index(st);
-  sj_cp_async_commit();
-  sj_cp_async_wait<0>();
+  for (int j = 0; j < ${STAGES - 1}; ++j) fetch_index(j);
+  sj_cp_async_commit(); sj_cp_async_wait<0>();
   __syncthreads();
 $ end
-#pragma unroll
-  for (int st = 0; st < ${STAGES - 1}; ++st) {
+  for (int st = 0; st < ${STAGES - 1}; ++st, sj_cp_async_commit())
     if (st < ${NKS}) load_stage(st, st);
-    sj_cp_async_commit();
-  }
 
   /* Two stages an iteration, register set 0 then 1. */
 #pragma unroll 1
