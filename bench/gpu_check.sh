@@ -96,6 +96,19 @@ fi
 for dt in $dtypes; do for s in $vnm_shapes; do for v in $vnm_v; do for m in 4 8 16 32; do
   bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m"
 done; done; done; done
+# vnm-spmm WG=1 (wgmma.sp, lib/vnm_spmm_wgmma.lua; in the tuning space, no default takes it before
+# these rows say so) against the default (mma.sp) in adjacent rows, f16 at the training step's
+# forward (11008x8192x4096) and the largest shape, 2:4 .. 2:16: V=128 with two warpgroups sharing
+# the gathered B tile (BM=128) and with one (BM=64, two CTAs an SM), V=64 with one.
+for s in 11008x8192x4096 28672x8192x8192; do for m in 4 8 16; do
+  [ $lean -eq 1 ] && [ "$s" != 11008x8192x4096 ] && continue
+  for c in "" "WG=1,BM=128,BN=256,WM=64,WN=256,STAGES=4" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
+    bench --op vnm-spmm --shape "$s" --dtype f16 --vnm "128:2:$m" ${c:+--config $c}
+  done
+  for c in "" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
+    bench --op vnm-spmm --shape "$s" --dtype f16 --vnm "64:2:$m" ${c:+--config $c}
+  done
+done; done
 # One V:N:M linear layer's training step (forward, dX, dW) against the dense step's three cuBLAS
 # GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
 # double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step

@@ -77,9 +77,13 @@ static void example_transpose(sj_problem *p)
     fill_defaults(p);
 }
 
-/* mma.sp on sparse tensor cores, on every target. */
+/* mma.sp on sparse tensor cores, on every target (WG=0); on sm_90a wgmma.sp from the same
+ * cp.async ring, one warpgroup per 64 rows (WG=1, not yet a default). */
 static const op_variant variants_spmm[] = {
-    { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS" },
+    { .name = "sparse-mma-sync", .config = "WG=0", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS",
+      .sass_absent = "HGMMA" },
+    { .name = "sparse-wgmma", .config = "WG=1,BM=64,BN=256,WM=64,WN=256", .arch = "sm_90a",
+      .sass = "HGMMA.SP.64x256x32.F32,LDGSTS", .sass_absent = "HMMA.SP" },
 };
 
 /* No matrix instruction: the column norms are summed in fp64 so the choice is the host's to
