@@ -112,6 +112,8 @@ int main(int argc, char **argv)
     int m = 128, n = 128, kk = 128;
     void *args[] = { &b.a, &b.b, &b.c, &m, &n, &kk };
     enum { BATCH = 200, ROUNDS = 25 };
+    /* sparsejit leaves the caller's context current, not its own: the bare launches need it */
+    if (cu.cuCtxSetCurrent(warm->cu_ctx) != CUDA_SUCCESS) return 1;
     double api = 0, raw = 0;
     for (int r = 0; r < ROUNDS; r++) {
         double t0 = rt_seconds();

@@ -103,6 +103,19 @@ lr_shapes="11008x8192x4096 28672x8192x8192"; lr_ranks="8 32 128"
 for dt in $dtypes; do for s in $lr_shapes; do for v in 64 128; do for m in 8 16; do for r in $lr_ranks; do
   bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m" --rank $r
 done; done; done; done; done
+# vnm-spmm WG=1 (wgmma.sp, lib/vnm_spmm_wgmma.lua; in the tuning space, no default takes it before
+# these rows say so) against the default (mma.sp) in adjacent rows, f16 at the training step's
+# forward (11008x8192x4096) and the largest shape, 2:4 .. 2:16: V=128 with two warpgroups sharing
+# the gathered B tile (BM=128) and with one (BM=64, two CTAs an SM), V=64 with one.
+for s in 11008x8192x4096 28672x8192x8192; do for m in 4 8 16; do
+  [ $lean -eq 1 ] && [ "$s" != 11008x8192x4096 ] && continue
+  for c in "" "WG=1,BM=128,BN=256,WM=64,WN=256,STAGES=4" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
+    bench --op vnm-spmm --shape "$s" --dtype f16 --vnm "128:2:$m" ${c:+--config $c}
+  done
+  for c in "" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
+    bench --op vnm-spmm --shape "$s" --dtype f16 --vnm "64:2:$m" ${c:+--config $c}
+  done
+done; done
 # One V:N:M linear layer's training step (forward, dX, dW) against the dense step's three cuBLAS
 # GEMMs: W out x in over T = 8192 tokens, as the vnm-dw problem out x in x T; dX on the W^T
 # double-pruned once per weight update (vnm-train) or exact, W^T rewritten each step
@@ -123,6 +136,14 @@ for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
     bench --op vnm-dw --shape "$s" --dtype bf16 --vnm "128:2:$m" ${c:+--config $c}
   done
 done; done
+# The hybrid FFN's three weight gradients alone (the transpose and the gather kernel, timed
+# together) against the three dense weight-gradient GEMMs, 8192 tokens, bf16; bench/NOTES.md has
+# the roofline these rows check. --lean: (4096, 11008) at 99% only.
+for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for skew in 0 1; do
+  set -- $dims
+  [ $lean -eq 1 ] && { [ "$1" != 4096 ] || [ "$sp" != 0.99 ]; } && continue
+  bench --op hybrid-ffn-dw --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
+done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)

@@ -9,7 +9,7 @@
 
 /* Defined with their ops (ops/<family>/<family>_op.c). */
 extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose,
-    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx;
+    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx, op_hybrid_ffn_dw, op_hybrid_transpose;
 
 static const op_desc *const table[] = {
     &op_gemm,
@@ -23,6 +23,8 @@ static const op_desc *const table[] = {
     &op_gmp_prune,
     &op_hybrid_ffn_fwd,
     &op_hybrid_ffn_dx,
+    &op_hybrid_ffn_dw,
+    &op_hybrid_transpose,
 };
 
 enum { N_OPS = sizeof table / sizeof *table };

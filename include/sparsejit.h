@@ -113,7 +113,11 @@ typedef struct sj_context_options {
 SJ_API void sj_context_options_init(sj_context_options *opts);
 
 /* Creates a context. Without a GPU (and require_gpu == 0) the context can still generate and
- * compile kernels for opts->arch (default "sm_90a"); launches then fail with SJ_ERR_NO_GPU. */
+ * compile kernels for opts->arch (default "sm_90a"); launches then fail with SJ_ERR_NO_GPU.
+ * sparsejit works on the device's primary context (the one the CUDA runtime, cuBLAS and PyTorch
+ * use), making it current while a call needs it; every function that takes a context leaves the
+ * calling thread's current context as it found it (yours, or none), so streams and pointers
+ * passed in must belong to the primary context. */
 SJ_API sj_status sj_context_create(const sj_context_options *opts, sj_context **out);
 SJ_API sj_status sj_context_destroy(sj_context *ctx);
 
@@ -169,11 +173,13 @@ typedef enum sj_op {
     SJ_OP_HYBRID_GATE = 8,   /* H = relu(X . Wg) written in the hybrid format (training) */
     SJ_OP_GMP_PRUNE = 9,     /* one GMP pruning step of a dense W and its mask, on the device */
     SJ_OP_HYBRID_FFN_FWD = 10, /* u at H's active pairs, Y = (H (.) u) . Wd (training forward) */
-    SJ_OP_HYBRID_FFN_DX = 11   /* sampled dh, dg, du at H's active pairs, dX (training backward) */
+    SJ_OP_HYBRID_FFN_DX = 11,  /* sampled dh, dg, du at H's active pairs, dX (training backward) */
+    SJ_OP_HYBRID_FFN_DW = 12,  /* dWgT, dWuT, dWd from H's per-pair values (training backward) */
+    SJ_OP_HYBRID_TRANSPOSE = 13 /* the per-unit token lists of a hybrid matrix, on the device */
 } sj_op;
 
 /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
- * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx" */
+ * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -740,7 +746,7 @@ SJ_API sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *prob
                                          sj_hybrid_device *H, sj_hybrid_report *report, int *relaunched,
                                          void *stream);
 
-/* The problem of hybrid-ffn-fwd or hybrid-ffn-dx (op) over a matrix of layout (the gate's): m =
+/* The problem of hybrid-ffn-fwd, hybrid-ffn-dx or hybrid-ffn-dw (op) over a matrix of layout (the gate's): m =
  * rows (tokens), n = k = d_model, d_ff = cols, twell_tile = cols, twell_capacity = W, dtype =
  * out_dtype = layout's (set out_dtype to f32 for fp32 outputs); twell_sparsity unspecified. */
 SJ_API sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *layout, sj_op op, int64_t d_model, sj_problem *out);
@@ -765,6 +771,32 @@ SJ_API sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *problem, sj
                                   sj_devptr u_values, sj_devptr u_backup, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd,
                                   sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
                                   sj_devptr du_backup, void *stream);
+
+/* Bytes of workspace sj_hybrid_ffn_dw needs for a matrix of layout: the transpose of its pairs
+ * (a token bitmap and a prefix word per unit and 32 tokens, the units' list starts, and one
+ * 4-byte entry per pair it can hold: min(rows x cols, rows x W + backup_rows x (cols - W))).
+ * sj_workspace_size of the hybrid-ffn-dw problem gives the bound of any layout of its shape
+ * (backup_rows = rows), usually far more. SJ_ERR_INVALID_ARGUMENT when the layout's positions
+ * (rows x W + backup_rows x cols) pass 2^32 - 1. Pure arithmetic. */
+SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size_t *bytes);
+/* The three weight gradients from what the forward and sj_hybrid_ffn_dx stored, as sparse
+ * products over H's active pairs only (templates/hybrid_ffn_dw.lua; docs/training.md):
+ *   dWgT[j] = sum_t dg X[t],  dWuT[j] = sum_t du X[t],  dWd[j] = sum_t (a u) dY[t],
+ * summed over the tokens t active at unit j in ascending token order, fp32 accumulation, so the
+ * result is deterministic. X, dY tokens x d_model (problem->dtype); dWgT, dWuT, dWd d_ff x
+ * d_model (problem->out_dtype: f16, bf16 or f32; every row written, zeros for a unit no token
+ * activates); u_* as sj_hybrid_ffn_fwd wrote them, dg_* and du_* as sj_hybrid_ffn_dx did. The
+ * call first builds the per-unit token lists in workspace (16-byte aligned, workspace_bytes >=
+ * sj_hybrid_ffn_dw_workspace(&H->layout)) with the hybrid-transpose kernels (a token bitmap per
+ * unit, popcount prefix sums, then each pair placed at its rank: no atomics decide an order),
+ * then runs the gradient kernel (CUDA cores, one CTA per block of units and d_model slice). An
+ * incomplete H (its counter above backup_rows) gives NaN gradients. Allocates nothing, never
+ * waits (capturable once the kernels are loaded). */
+SJ_API sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr dY,
+                                  const sj_hybrid_device *H, sj_devptr u_values, sj_devptr u_backup,
+                                  sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values, sj_devptr du_backup,
+                                  sj_devptr dWgT, sj_devptr dWuT, sj_devptr dWd, sj_devptr workspace,
+                                  size_t workspace_bytes, void *stream);
 
 /* The training step of the ReLU FFN block y = Wd . (relu(Wg . x) (.) (Wu . x)) per token, in
  * fp64 on the host: the reference the device products are checked against (docs/training.md,

@@ -115,6 +115,7 @@ void rt_module_unload(loaded_kernel *k)
 
 sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *config, sj_generated **out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_generate: %s is NULL", !ctx ? "ctx" : "out");
     *out = NULL;
     sj_status st = sj_problem_validate(problem);
@@ -126,6 +127,7 @@ sj_status sj_generate(sj_context *ctx, const sj_problem *problem, const char *co
 
 sj_status sj_compile(sj_context *ctx, const sj_generated *g, void **cubin, size_t *cubin_size, char **log)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !g || !cubin || !cubin_size)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_compile: ctx, generated source, cubin and cubin_size must be non-NULL");
     cache_kernel ck;

@@ -197,6 +197,7 @@ fail:
 
 sj_status sj_context_destroy(sj_context *ctx)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx) return SJ_OK;
     sj_status st = SJ_OK;
     if (ctx->has_gpu) cu.cuCtxSetCurrent(ctx->cu_ctx);
@@ -220,6 +221,7 @@ sj_status sj_context_destroy(sj_context *ctx)
 
 sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_get_device_info: %s is NULL", !ctx ? "ctx" : "out");
     *out = ctx->info;
     return SJ_OK;
@@ -227,6 +229,7 @@ sj_status sj_get_device_info(sj_context *ctx, sj_device_info *out)
 
 sj_status sj_get_stats(sj_context *ctx, sj_stats *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_get_stats: %s is NULL", !ctx ? "ctx" : "out");
     *out = ctx->stats;
     return SJ_OK;
@@ -234,10 +237,31 @@ sj_status sj_get_stats(sj_context *ctx, sj_stats *out)
 
 sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_last_kernel_info: %s is NULL", !ctx ? "ctx" : "out");
     if (!ctx->last.source) return error_set(SJ_ERR_NOT_FOUND, "no op has run on this context yet");
     *out = ctx->last;
     return SJ_OK;
+}
+
+rt_caller_context rt_caller_context_enter(sj_context *ctx)
+{
+    rt_caller_context c = { NULL, 0 };
+    /* Loads the driver first (once per process), so sj_context_create, which loads it, saves
+     * the caller's context too. */
+    if (cuda_load(NULL, 0) != SJ_OK || cu.cuCtxGetCurrent(&c.saved) != CUDA_SUCCESS) return c;
+    c.known = 1;
+    /* A failure here surfaces where a driver call needs the context (rt_require_gpu). */
+    if (ctx && ctx->has_gpu && c.saved != ctx->cu_ctx) cu.cuCtxSetCurrent(ctx->cu_ctx);
+    return c;
+}
+
+void rt_caller_context_restore(rt_caller_context *c)
+{
+    CUcontext now = NULL;
+    /* A failure here has no status to go into: cuCtxSetCurrent to a context the caller had
+     * current fails only if the caller destroyed it meanwhile. */
+    if (c->known && cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != c->saved) cu.cuCtxSetCurrent(c->saved);
 }
 
 sj_status rt_require_gpu(sj_context *ctx, const char *what)
@@ -266,6 +290,7 @@ sj_status rt_generator(sj_context *ctx, gen_state **out)
 
 sj_status sj_malloc(sj_context *ctx, size_t bytes, sj_devptr *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: out is NULL");
     *out = 0;
     if (!bytes) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_malloc: bytes must be > 0");
@@ -310,6 +335,7 @@ sj_status rt_scratch(sj_context *ctx, size_t bytes, sj_devptr *out)
 
 sj_status sj_free(sj_context *ctx, sj_devptr ptr)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ptr) return SJ_OK;
     sj_status st = rt_require_gpu(ctx, "sj_free");
     if (st != SJ_OK) return st;
@@ -319,6 +345,7 @@ sj_status sj_free(sj_context *ctx, sj_devptr ptr)
 
 sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t bytes)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = rt_require_gpu(ctx, "sj_memcpy_htod");
     if (st != SJ_OK) return st;
     if (!dst || !src) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_htod: %s is NULL", !dst ? "dst" : "src");
@@ -328,6 +355,7 @@ sj_status sj_memcpy_htod(sj_context *ctx, sj_devptr dst, const void *src, size_t
 
 sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = rt_require_gpu(ctx, "sj_memcpy_dtoh");
     if (st != SJ_OK) return st;
     if (!dst || !src) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memcpy_dtoh: %s is NULL", !dst ? "dst" : "src");
@@ -337,6 +365,7 @@ sj_status sj_memcpy_dtoh(sj_context *ctx, void *dst, sj_devptr src, size_t bytes
 
 sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size_t bytes)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = rt_require_gpu(ctx, "sj_memset_u8");
     if (st != SJ_OK) return st;
     if (!dst) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_memset_u8: dst is NULL");
@@ -346,6 +375,7 @@ sj_status sj_memset_u8(sj_context *ctx, sj_devptr dst, unsigned char value, size
 
 sj_status sj_synchronize(sj_context *ctx)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = rt_require_gpu(ctx, "sj_synchronize");
     if (st != SJ_OK) return st;
     CU_CHECK(cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel may have faulted)");
@@ -354,6 +384,7 @@ sj_status sj_synchronize(sj_context *ctx)
 
 sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_set_config: ctx is NULL");
     sj_status st = sj_problem_validate(problem);
     if (st != SJ_OK) return st;

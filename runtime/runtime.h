@@ -58,7 +58,28 @@ sj_status rt_kernel_with_config(sj_context *ctx, const sj_problem *p, const char
 sj_status rt_launch(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream);
 #define RT_ARGS(array) (array), (sizeof(array) / sizeof *(array))
 
+/* Makes ctx's (primary) context current for the calling thread; SJ_ERR_NO_GPU with the reason
+ * when the context has no GPU. */
 sj_status rt_require_gpu(sj_context *ctx, const char *what);
+
+/* The bracket around every public function that takes an sj_context: RT_USE_CONTEXT(ctx) makes
+ * ctx's device's primary context current for the call (when ctx has a GPU) and puts the calling
+ * thread's own current context (or none) back on return, so a caller with a context of its own
+ * (cuCtxCreate, a green context) finds it current afterwards. Making ctx's current at entry, not
+ * only where a driver call needs it, keeps nested public calls safe: an inner one puts back what
+ * it found, ctx's, so the outer one's driver calls after it still run on ctx's. The cleanup
+ * attribute (GCC, Clang) runs the restore on every return path, after the status is computed.
+ * tests/context_scope.sh checks every such function starts with it. Costs two cuCtxGetCurrent
+ * calls, and a cuCtxSetCurrent each way only when the caller's context differs. */
+typedef struct rt_caller_context {
+    CUcontext saved;
+    int known; /* 0: no driver, or it could not say (not initialised): nothing to put back */
+} rt_caller_context;
+rt_caller_context rt_caller_context_enter(sj_context *ctx);
+void rt_caller_context_restore(rt_caller_context *c);
+#define RT_USE_CONTEXT(ctx)                                                                  \
+    rt_caller_context rt_caller_context_ __attribute__((cleanup(rt_caller_context_restore))) = \
+        rt_caller_context_enter(ctx)
 sj_status rt_generator(sj_context *ctx, gen_state **out);
 /* Lookups in the context's own cache first, then the shared read-only ones in
  * $SPARSEJIT_CACHE_RO's order: a kernel or winner of this user's overrides a shared one.

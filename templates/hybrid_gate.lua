@@ -37,13 +37,8 @@ local function smem_bytes(cfg)
 end
 
 local function valid(problem, cfg)
-  local ok, why = tw.check_ints(PARAMS, cfg)
+  local ok, why = tw.check_hybrid(problem, "hybrid-gate", PARAMS, cfg, "N")
   if not ok then return false, why end
-  ok, why = tw.check_problem(problem, "hybrid-gate")
-  if not ok then return false, why end
-  if problem.T ~= problem.N then
-    return false, string.format("T=%d must equal N=%d (a hybrid row is one tile)", problem.T, problem.N)
-  end
   if problem.out_dtype ~= problem.dtype then
     return false, "out_dtype must equal dtype (the hybrid values), got " .. tostring(problem.out_dtype)
   end

@@ -23,11 +23,15 @@
 -- U's BM x RP and Z's RP x BN tiles (RP: r rounded up to 16, zeros past r) in the drained ring
 -- and every warp runs RP/16 dense mma.sync m16n8k16 steps into the same accumulators, so C is
 -- written once; r adds r/(2K/M) to the sparse loop's MMA work and one exposed tile load.
+-- WG=1 (sm_90a, V >= 64; a tuning-space variant not yet run on a GPU, no default takes it):
+-- lib/vnm_spmm_wgmma.lua, the same ring and format on wgmma.sp, one warpgroup per 64 rows;
+-- WM=64 and WN=BN name the warpgroup's tile. WG=0: the warps above on mma.sp.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local mma_sp = require "lib.mma_sp"
+local wgmma = require "lib.vnm_spmm_wgmma"
 
-local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "BMAP" }
+local PARAMS = { "BM", "BN", "BK", "WM", "WN", "STAGES", "GROUP_M", "BMAP", "WG" }
 local MAX_ACC = 128             -- fp32 accumulators per thread
 local BM_EDGES = { 16, 32, 64, 128, 256 }
 local BN_EDGES = { 64, 128, 256 }
@@ -120,6 +124,34 @@ local function problem_ok(problem)
   return true
 end
 
+-- The checks of every config after its tile's (WG=0's warps, WG=1's warpgroups): k stages,
+-- raster, shared memory, tiles no larger than the problem.
+local function ring_ok(problem, cfg)
+  local BM, BN, BK = cfg.BM, cfg.BN, cfg.BK
+  local L = layout(problem)
+  if L.KG % BK ~= 0 then
+    return false, string.format("BK=%d does not divide the %d gathered columns", BK, L.KG)
+  end
+  local nks = L.KG // BK
+  if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..6" end
+  if cfg.STAGES > nks + 1 then
+    return false, string.format("STAGES=%d exceeds the %d k stages plus one", cfg.STAGES, nks)
+  end
+  if cfg.GROUP_M < 1 or cfg.GROUP_M > 64 then return false, "GROUP_M=" .. cfg.GROUP_M .. " must be 1..64" end
+  if cfg.BMAP ~= 0 and cfg.BMAP ~= 1 then return false, "BMAP=" .. cfg.BMAP .. " must be 0 or 1" end
+  local smem = cfg.WG == 1 and wgmma.smem_bytes(problem, cfg) or smem_bytes(problem, cfg)
+  if smem > problem.SMEM then
+    return false, string.format("shared memory %d bytes exceeds the %s limit of %d", smem, problem.arch, problem.SMEM)
+  end
+  if BM > math.max(16, pow2_at_least(L.RP)) then
+    return false, string.format("BM=%d is too large for %d (padded) rows", BM, L.RP)
+  end
+  if BN > math.max(64, pow2_at_least(problem.N)) then
+    return false, string.format("BN=%d is too large for N=%d", BN, problem.N)
+  end
+  return true
+end
+
 local function valid(problem, cfg)
   for _, p in ipairs(PARAMS) do
     if math.type(cfg[p]) ~= "integer" then return false, p .. " is missing or not an integer" end
@@ -130,6 +162,13 @@ local function valid(problem, cfg)
   if not member(BM_EDGES, BM) then return false, "BM=" .. BM .. " must be 16, 32, 64, 128 or 256" end
   if not member(BN_EDGES, BN) then return false, "BN=" .. BN .. " must be 64, 128 or 256" end
   if not member(BK_EDGES, BK) then return false, "BK=" .. BK .. " must be 64 or 128" end
+  if cfg.WG == 1 then
+    if problem.RANK > 0 then return false, "WG=1 (wgmma.sp) has no low-rank tail: RANK must be 0" end
+    local ok_wg, why_wg = wgmma.valid(problem, cfg)
+    if not ok_wg then return false, why_wg end
+    return ring_ok(problem, cfg)
+  end
+  if cfg.WG ~= 0 then return false, "WG=" .. cfg.WG .. " must be 0 (mma.sp) or 1 (wgmma.sp)" end
   if not member(WM_EDGES, WM) then return false, "WM=" .. WM .. " must be 16, 32 or 64" end
   if not member(WN_EDGES, WN) then return false, "WN=" .. WN .. " must be 16, 32 or 64" end
   if BM % WM ~= 0 then return false, "BM=" .. BM .. " is not a multiple of WM=" .. WM end
@@ -144,36 +183,15 @@ local function valid(problem, cfg)
   if WM * WN // 32 > MAX_ACC then
     return false, string.format("WM*WN/32 = %d accumulators per thread, at most %d", WM * WN // 32, MAX_ACC)
   end
-  local L = layout(problem)
-  if L.KG % BK ~= 0 then
-    return false, string.format("BK=%d does not divide the %d gathered columns", BK, L.KG)
-  end
-  local nks = L.KG // BK
-  if cfg.STAGES < 2 or cfg.STAGES > 6 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..6" end
-  if cfg.STAGES > nks + 1 then
-    return false, string.format("STAGES=%d exceeds the %d k stages plus one", cfg.STAGES, nks)
-  end
-  if cfg.GROUP_M < 1 or cfg.GROUP_M > 64 then return false, "GROUP_M=" .. cfg.GROUP_M .. " must be 1..64" end
-  if cfg.BMAP ~= 0 and cfg.BMAP ~= 1 then return false, "BMAP=" .. cfg.BMAP .. " must be 0 or 1" end
-  -- The low-rank tail is written for this mma.sync main loop alone: a config that selects another
-  -- main loop must be refused here when problem.RANK > 0.
-  local smem = smem_bytes(problem, cfg)
-  if smem > problem.SMEM then
-    return false, string.format("shared memory %d bytes exceeds the %s limit of %d", smem, problem.arch, problem.SMEM)
-  end
-  if BM > math.max(16, pow2_at_least(L.RP)) then
-    return false, string.format("BM=%d is too large for %d (padded) rows", BM, L.RP)
-  end
-  if BN > math.max(64, pow2_at_least(problem.N)) then
-    return false, string.format("BN=%d is too large for N=%d", BN, problem.N)
-  end
-  return true
+  return ring_ok(problem, cfg)
 end
 
 local function space(problem)
+  local wn, wg = { table.unpack(WN_EDGES) }, { 0 }
+  if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1 end
   return {
-    BM = BM_EDGES, BN = BN_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = WN_EDGES,
-    STAGES = { 2, 3, 4, 5, 6 }, GROUP_M = { 8, 16, 32, 64 }, BMAP = { 0, 1 },
+    BM = BM_EDGES, BN = BN_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn,
+    STAGES = { 2, 3, 4, 5, 6 }, GROUP_M = { 8, 16, 32, 64 }, BMAP = { 0, 1 }, WG = wg,
   }
 end
 
@@ -208,7 +226,7 @@ local function default(problem)
     -- BMAP: gathered rows in runs per thread (vector index loads; 2-6% faster than strided on
     -- the H200); for 2:4 the two mappings measured within noise of each other.
     local cfg = { BM = t.BM, BN = t.BN, WM = t.WM, WN = t.WN, BK = 64, GROUP_M = 32,
-                  BMAP = problem.MS == 4 and 0 or 1 }
+                  BMAP = problem.MS == 4 and 0 or 1, WG = 0 }
     cfg.STAGES = math.min(t.STAGES, L.KG // 64 + 1)
     if valid(problem, cfg) then
       chosen = cfg
@@ -216,6 +234,15 @@ local function default(problem)
     end
   end
   return chosen
+end
+
+-- The tuner's first candidates after the default: on sm_90a the first WG=1 tile valid for the
+-- problem (lib/vnm_spmm_wgmma.lua's list), then WG=0's default.
+local function variants(problem)
+  local out = {}
+  if problem.arch == "sm_90a" then out[1] = wgmma.first_valid(problem, valid) end
+  out[#out + 1] = default(problem)
+  return out
 end
 
 -- Useful FLOPs: only the kept non-zeros (2 of every M per row) count, plus the low-rank term's.
@@ -234,6 +261,7 @@ end
 local function generate(problem, cfg)
   local ok, why = valid(problem, cfg)
   if not ok then error("vnm_spmm: invalid config: " .. why, 0) end
+  if cfg.WG == 1 then return wgmma.generate(problem, cfg) end
   local M, N, K, V, MS = problem.M, problem.N, problem.K, problem.V, problem.MS
   local BM, BN, BK, WM, WN, STAGES = cfg.BM, cfg.BN, cfg.BK, cfg.WM, cfg.WN, cfg.STAGES
   local L = layout(problem)
@@ -656,6 +684,7 @@ return {
   space = space,
   valid = valid,
   default = default,
+  variants = variants,
   generate = generate,
   flops = flops,
   bytes = bytes,

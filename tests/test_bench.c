@@ -229,6 +229,11 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         SJ_ASSERT_OK(bench_flops("hybrid-ffn-dx", &p, &flops));
         expect_near("hybrid-ffn-dx", flops, 6.0 * m * d * f * (1.0 - s));
         expect_near("hybrid-ffn-dx (tuner)", op_find(SJ_OP_HYBRID_FFN_DX)->harness->flops(&p), flops);
+        /* the three weight gradients at the active pairs */
+        p.op = SJ_OP_HYBRID_FFN_DW;
+        SJ_ASSERT_OK(bench_flops("hybrid-ffn-dw", &p, &flops));
+        expect_near("hybrid-ffn-dw", flops, 6.0 * m * d * f * (1.0 - s));
+        expect_near("hybrid-ffn-dw (tuner)", op_find(SJ_OP_HYBRID_FFN_DW)->harness->flops(&p), flops);
 
         /* the fused FFN alone: up and down at the active units only, as the tuner counts */
         sj_problem_init(&p, SJ_OP_TWELL_FFN, SJ_DTYPE_BF16, m, d, d);
@@ -277,7 +282,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");

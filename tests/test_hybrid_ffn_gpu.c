@@ -1,13 +1,14 @@
 /* test_hybrid_ffn_gpu.c: one training step of the ReLU FFN block over hybrid activations on the
  * GPU (skips with a reason without one): the gate writes a = relu(X . Wg) as hybrid
  * (sj_hybrid_gate_complete), sj_hybrid_ffn_fwd gives Y and u at the active pairs,
- * sj_hybrid_ffn_dx gives dX and dg, du at the active pairs. Against the fp64 host reference of
- * the step (sj_hybrid_ffn_step_host, on the same fresh random inputs at 50% to 99.9% zeros,
- * ragged shapes, f16 and bf16, every row overflowing, none, a backup that must grow, and
- * explicit configs): Y and dX directly, and the compact per-pair values through the three weight
- * gradients they make (dWgT = sum dg X, dWuT = sum du X, dWd = sum a u dY, summed here on the
- * host from what the device stored), so a wrong or missing u, dg or du shows. Outputs are
- * poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
+ * sj_hybrid_ffn_dx gives dX and dg, du at the active pairs, sj_hybrid_ffn_dw the three weight
+ * gradients from those. Against the fp64 host reference of the step (sj_hybrid_ffn_step_host, on
+ * the same fresh random inputs at 50% to 99.9% zeros, ragged shapes, f16 and bf16, every row
+ * overflowing, none, a backup that must grow, f16/bf16/f32 gradients and explicit configs): Y, dX
+ * and the device's dWgT, dWuT, dWd directly, and the compact per-pair values also through the
+ * gradients summed here on the host from what the device stored, so a wrong u, dg or du is told
+ * apart from a wrong dw kernel. A second dw into a workspace and outputs poisoned again must give
+ * the same bytes (the sums run in token order). Outputs are poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
  * rounding of zero that may fall on either side. */
 #include "test_util.h"
 #include "ops/hybrid/hybrid_format.h"
@@ -31,7 +32,9 @@ typedef struct ffn_case {
     int W;
     int64_t backup;
     double sparsity;
-    const char *config;       /* for both FFN ops; NULL: the default */
+    const char *config;       /* for the fwd and dx ops; NULL: the default */
+    const char *dw_config;    /* for hybrid-ffn-dw; NULL: the default */
+    sj_dtype dw_out;          /* the gradients' dtype */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -81,6 +84,67 @@ static void expect_close(const char *what, const ffn_case *c, double e)
     if (!(e < tol))
         fail_msg("%s %s M=%lld F=%lld D=%lld W=%d s=%g: relative error %g", what, sj_dtype_name(c->dt), (long long)c->M,
                  (long long)c->F, (long long)c->D, c->W, c->sparsity, e);
+}
+
+/* Checks one gradient the device wrote (out dtype, d_ff x d_model) against the reference. */
+static void expect_grad(sj_context *ctx, const char *what, const ffn_case *c, sj_devptr d, const double *ref, size_t n)
+{
+    const size_t esz = sj_dtype_size(c->dw_out);
+    void *host = malloc(n * esz);
+    assert_non_null(host);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, host, d, n * esz));
+    double e;
+    if (c->dw_out == SJ_DTYPE_F32) {
+        double *wide = malloc(n * sizeof *wide);
+        assert_non_null(wide);
+        for (size_t i = 0; i < n; i++) wide[i] = ((const float *)host)[i];
+        e = rel_error64(wide, ref, n);
+        free(wide);
+    } else {
+        e = tu_rel_error(c->dw_out, host, ref, n);
+    }
+    expect_close(what, c, e);
+    free(host);
+}
+
+/* dWgT, dWuT, dWd by sj_hybrid_ffn_dw into outputs poisoned first; twice, the second time into
+ * outputs and a workspace poisoned again, which must give the same bytes. */
+static void run_dw(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H, sj_devptr X, sj_devptr dY,
+                   const sj_devptr pairs[6], const sj_hybrid_ffn_step *ref)
+{
+    const size_t n = (size_t)(c->F * c->D), bytes = n * sj_dtype_size(c->dw_out);
+    sj_problem wp;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&H->layout, SJ_OP_HYBRID_FFN_DW, c->D, &wp));
+    wp.out_dtype = c->dw_out;
+    if (c->dw_config) SJ_ASSERT_OK(sj_set_config(ctx, &wp, c->dw_config));
+    size_t work_bytes;
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&H->layout, &work_bytes));
+    unsigned char *first[3];
+    for (int round = 0; round < 2; round++) {
+        sj_devptr work = poisoned(ctx, work_bytes), g[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
+        SJ_ASSERT_OK(sj_hybrid_ffn_dw(ctx, &wp, X, dY, H, pairs[0], pairs[1], pairs[2], pairs[3], pairs[4], pairs[5],
+                                      g[0], g[1], g[2], work, work_bytes, NULL));
+        SJ_ASSERT_OK(sj_synchronize(ctx));
+        if (round == 0) {
+            expect_grad(ctx, "dWgT (device)", c, g[0], ref->dWgT, n);
+            expect_grad(ctx, "dWuT (device)", c, g[1], ref->dWuT, n);
+            expect_grad(ctx, "dWd (device)", c, g[2], ref->dWd, n);
+        }
+        for (int i = 0; i < 3; i++) {
+            unsigned char *host = malloc(bytes);
+            assert_non_null(host);
+            SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, host, g[i], bytes));
+            if (round == 0) first[i] = host;
+            else {
+                if (memcmp(host, first[i], bytes)) fail_msg("hybrid-ffn-dw: gradient %d differs between two runs", i);
+                free(host);
+                free(first[i]);
+            }
+            sj_free(ctx, g[i]);
+        }
+        sj_free(ctx, work);
+    }
+    if (c->dw_config) SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
 }
 
 static void run_case(sj_context *ctx, const ffn_case *c)
@@ -171,6 +235,8 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     expect_close("dWgT (from dg)", c, rel_error64(gWg, ref.dWgT, wts));
     expect_close("dWuT (from du)", c, rel_error64(gWu, ref.dWuT, wts));
     expect_close("dWd (from a u)", c, rel_error64(gWd, ref.dWd, wts));
+    const sj_devptr pairs[6] = { uv, bk ? ub : 0, dgv, bk ? dgb : 0, duv, bk ? dub : 0 };
+    run_dw(ctx, c, &H, dX_in, ddY, pairs, &ref);
     if (c->config) {
         SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
         SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
@@ -190,11 +256,14 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL },
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4" },   /* every row overflows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16" },  /* ragged; the backup grows */
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL },                 /* ragged d_model, 99.9% */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8" }, /* nothing overflows */
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16 },
+        /* every row overflows; one token a chunk, more tokens than a chunk holds */
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32 },
+        /* ragged; the backup grows */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16 },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16 },          /* ragged d_model, 99.9% */
+        /* nothing overflows */
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
 }

@@ -182,6 +182,8 @@ static int child(int argc, char **argv)
         int m = (int)p.m, n = (int)p.n, kk = (int)p.k;
         void *args[] = { &dA, &dB, &dC, &m, &n, &kk };
         double best_sj = INFINITY, best_raw = INFINITY;
+        /* sparsejit leaves the caller's context current, not its own: the bare launches need it */
+        assert_int_equal(cu.cuCtxSetCurrent(ctx->cu_ctx), CUDA_SUCCESS);
         for (int round = 0; round < 20; round++) {
             SJ_ASSERT_OK(sj_synchronize(ctx));
             t0 = now();

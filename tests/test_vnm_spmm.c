@@ -1,14 +1,16 @@
 /* test_vnm_spmm.c: the V:N:M SpMM (with and without its low-rank term) and the GPU compressor.
  * CPU: the templates generate and NVRTC-compile for sm_80 and sm_90a (the sm_90a SASS has
- * HMMA.SP and no local memory; with a rank also HMMA.16816), bad configs and arguments are
+ * HMMA.SP and no local memory; with a rank also HMMA.16816), the wgmma.sp variant (WG=1) for
+ * sm_90a (HGMMA.SP, no local memory) and is refused elsewhere, bad configs and arguments are
  * refused with the reason; the fp64 host reference of A . B + U . Z (vnm_spmm_host, walking the
  * compressed slots) against a brute-force dense product of the decompressed A.
  * GPU: sj_vnm_spmm against an fp64 CPU reference of the decompressed A times B on fresh random
  * data for every V in {16, 32, 64, 128} and M in {4, 5, 7, 8, 16, 32, 64, 128}, f16 and bf16,
- * ragged shapes, alpha/beta and every output dtype; explicit tile configs; sj_vnm_spmm_lowrank
- * against vnm_spmm_host for V in {64, 128}, M in {8, 16}, r in {8, 32, 128} and r = 40, 72
- * (a padded last k16 step), f16 and bf16, ragged shapes, and tile configs; the GPU compressor
- * byte for byte against the host compressor; upload/download round trips. */
+ * ragged shapes, alpha/beta and every output dtype; explicit tile configs; WG=1 (sm_90a GPUs)
+ * for V in {64, 128} and M in {4, 8, 16, 32} over its tiles; sj_vnm_spmm_lowrank against
+ * vnm_spmm_host for V in {64, 128}, M in {8, 16}, r in {8, 32, 128} and r = 40, 72 (a padded
+ * last k16 step), f16 and bf16, ragged shapes, and tile configs; the GPU compressor byte for
+ * byte against the host compressor; upload/download round trips. */
 #include "test_util.h"
 #include "runtime/runtime.h"
 #include "ops/vnm/vnm_format.h"
@@ -119,6 +121,71 @@ static void test_template_compiles(void **state)
         free(cubin);
         sj_generated_free(g);
     }
+    sj_context_destroy(ctx);
+}
+
+/* WG=1 (wgmma.sp): generates and NVRTC-compiles for sm_90a on the gather and 2:4 paths, V 64 and
+ * 128, one and two warpgroups (two V blocks, the last tile row half past the rows), every BN and
+ * BK, both BMAPs, ragged shapes; the SASS holds the sparse HGMMA of the tile's BN (a k step of 32
+ * per instruction, each stage's steps in both register sets) and no mma.sync or local memory.
+ * Refused for sm_80, V < 64, a tile other than a warpgroup's and an unknown WG, naming why. */
+static void test_wgmma_template(void **state)
+{
+    (void)state;
+    sj_context *ctx = tu_compile_context("sm_90a");
+    assert_non_null(ctx);
+    const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; int bm, bn, bk, stages, bmap; } cases[] = {
+        { 28672, 8192, 8192, 128, 8, SJ_DTYPE_F16, SJ_DTYPE_F16, 128, 256, 64, 4, 1 },
+        { 28672, 8192, 8192, 128, 4, SJ_DTYPE_F16, SJ_DTYPE_F16, 128, 256, 64, 4, 0 },
+        { 11008, 8192, 4096, 64, 16, SJ_DTYPE_BF16, SJ_DTYPE_F32, 64, 256, 64, 3, 1 },
+        { 320, 200, 1000, 64, 7, SJ_DTYPE_F16, SJ_DTYPE_F32, 128, 128, 64, 3, 0 },
+        { 200, 136, 333, 64, 4, SJ_DTYPE_BF16, SJ_DTYPE_F16, 64, 64, 128, 2, 1 },
+        { 300, 264, 1000, 128, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16, 128, 64, 64, 2, 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sj_problem p = vnm_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v, cases[i].m);
+        char cfg[128], hgmma[64];
+        snprintf(cfg, sizeof cfg, "WG=1,BM=%d,BN=%d,WM=64,WN=%d,BK=%d,STAGES=%d,BMAP=%d", cases[i].bm, cases[i].bn,
+                 cases[i].bn, cases[i].bk, cases[i].stages, cases[i].bmap);
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(sj_generate(ctx, &p, cfg, &g));
+        assert_int_equal(tu_config_value(g->config, "WG"), 1);
+        assert_non_null(strstr(g->source, "wgmma.mma_async.sp.sync.aligned.m64n"));
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        if (nvrtc_compile(g->source, g->entry, "sm_90a", &cubin, &size, &log, NULL) != SJ_OK)
+            fail_msg("%s (%s): %s\n%.2000s", g->entry, cfg, sj_last_error(), log ? log : "");
+        free(log);
+        char *sass = tu_sass(cubin, size);
+        if (sass) {
+            snprintf(hgmma, sizeof hgmma, "HGMMA.SP.64x%dx32.F32", cases[i].bn);
+            const int steps = tu_count_lines(sass, hgmma);
+            if (steps < 2 * cases[i].bk / 32)
+                fail_msg("%s (%s): %d %s in the SASS, expected %d or more", g->entry, cfg, steps, hgmma, 2 * cases[i].bk / 32);
+            if (strstr(sass, "HMMA.SP")) fail_msg("%s (%s): mma.sync in the SASS", g->entry, cfg);
+            if (strstr(sass, "LDL") || strstr(sass, "STL")) fail_msg("%s (%s): local memory in the SASS", g->entry, cfg);
+            free(sass);
+        }
+        fprintf(stderr, "# %s %s: %zu-byte cubin, %u B shared\n", g->entry, g->config, size, g->shared_bytes);
+        free(cubin);
+        sj_generated_free(g);
+    }
+    sj_generated *g = NULL;
+    sj_problem p = vnm_problem(SJ_DTYPE_F16, SJ_DTYPE_F16, 512, 512, 1024, 64, 8);
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WG=1,BM=64,BN=128,WM=32,WN=128", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=1 takes WM=64 and WN=BN=128");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WG=1,BM=256,BN=64,WM=64,WN=64", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "WG=1 needs BM=64 or 128");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WG=2,BM=64,BN=64,WM=64,WN=64", &g), SJ_ERR_INVALID_ARGUMENT, "WG=2 must be 0");
+    p.vnm_v = 32;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WG=1,BM=64,BN=64,WM=64,WN=64", &g), SJ_ERR_INVALID_ARGUMENT, "V >= 64");
+    sj_context_destroy(ctx);
+    ctx = tu_compile_context("sm_80");
+    assert_non_null(ctx);
+    p.vnm_v = 64;
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "WG=1,BM=64,BN=64,WM=64,WN=64", &g), SJ_ERR_INVALID_ARGUMENT, "needs sm_90a");
+    assert_null(g);
     sj_context_destroy(ctx);
 }
 
@@ -462,6 +529,57 @@ static void test_lowrank_configs(void **state)
     }
 }
 
+/* WG=1 (wgmma.sp) against the fp64 reference where the GPU is sm_90a (elsewhere the test says it
+ * skipped them): V 64 and 128, M 4, 8, 16 and 32, f16 and bf16, every output dtype in turn, alpha
+ * and beta (beta 0: C poisoned); rows not a multiple of V (and at V=64 an odd number of V blocks:
+ * a BM=128 CTA's second warpgroup past the rows), K not of M, N a multiple of 8 but not of BN; the
+ * tiles rotate over one and two warpgroups, BN 64/128/256, BK 64 (an odd number of k stages: the
+ * loop's last register set unused) and 128, BMAP 0 and 1, 2-4 stages (BM=128 at V=64 holds two B
+ * tiles a stage). Then one longer k (33 stages of 64) at the 128 x 256 tile. The kernel that ran
+ * must be the WG=1 one asked for. */
+static void test_spmm_wgmma_matches_fp64(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    sj_device_info info;
+    TU_REQUIRE_GPU(ctx);
+    if (sj_get_device_info(ctx, &info) != SJ_OK) fail_msg("sj_get_device_info: %s", sj_last_error());
+    if (strcmp(info.arch, "sm_90a") != 0) {
+        fprintf(stderr, "# SKIP vnm-spmm WG=1 cases: wgmma.sp needs sm_90a, this GPU is %s\n", info.arch);
+        return;
+    }
+    const struct { int bm, bn, bk, stages, bmap; } tiles[] = {
+        { 64, 256, 64, 3, 1 }, { 128, 128, 64, 4, 1 }, { 64, 64, 128, 2, 0 }, { 128, 256, 64, 2, 0 }, { 64, 128, 128, 3, 1 },
+    };
+    const int wg_ms[] = { 4, 8, 16, 32 };
+    const sj_dtype dts[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16 }, outs[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16, SJ_DTYPE_F32 };
+    int i = 0;
+    for (int d = 0; d < 2; d++)
+        for (int v = 64; v <= 128; v *= 2)
+            for (size_t mi = 0; mi < sizeof wg_ms / sizeof *wg_ms; mi++, i++) {
+                const int m = wg_ms[mi], n_tiles = sizeof tiles / sizeof *tiles;
+                const int t = i % n_tiles;
+                /* groups: 143 -> 18 k tiles, 9 stages of 64; 124 -> 16 k tiles, 4 stages of 128 */
+                const int64_t groups = tiles[t].bk == 64 ? 143 : 124;
+                const int64_t rows = i % 2 ? 2 * v + 5 : 3 * v + v / 2 + 5, n = i % 3 ? 264 : 136;
+                sj_problem p = vnm_problem(dts[d], outs[i % 3], rows, n, m * (groups - 1) + m / 2 + 1, v, m);
+                char cfg[128];
+                snprintf(cfg, sizeof cfg, "WG=1,BM=%d,BN=%d,WM=64,WN=%d,BK=%d,STAGES=%d,BMAP=%d", tiles[t].bm,
+                         tiles[t].bn, tiles[t].bn, tiles[t].bk, tiles[t].stages, tiles[t].bmap);
+                SJ_ASSERT_OK(sj_set_config(ctx, &p, cfg));
+                check_spmm(ctx, &p, i % 2 ? 1.25f : 0.75f, i % 2 ? -0.5f : 0.0f);
+                sj_kernel_info ki;
+                SJ_ASSERT_OK(sj_last_kernel_info(ctx, &ki));
+                if (tu_config_value(ki.config, "WG") != 1 || tu_config_value(ki.config, "BN") != tiles[t].bn)
+                    fail_msg("asked for %s, ran %s", cfg, ki.config);
+                SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+            }
+    sj_problem p = vnm_problem(SJ_DTYPE_BF16, SJ_DTYPE_F32, 520, 1032, 8195, 128, 16);
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, "WG=1,BM=128,BN=256,WM=64,WN=256,BK=64,STAGES=4,BMAP=1"));
+    check_spmm(ctx, &p, 1.0f, 0.25f);
+    SJ_ASSERT_OK(sj_set_config(ctx, &p, ""));
+}
+
 static void test_compress_device_matches_host(void **state)
 {
     (void)state;
@@ -553,6 +671,7 @@ int main(void)
     rng = tu_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_compiles),
+        cmocka_unit_test(test_wgmma_template),
         cmocka_unit_test(test_template_rejects),
         cmocka_unit_test(test_spmm_arguments),
         cmocka_unit_test(test_host_reference_matches_dense),
@@ -560,6 +679,7 @@ int main(void)
         cmocka_unit_test(test_spmm_configs),
         cmocka_unit_test(test_lowrank_matches_fp64),
         cmocka_unit_test(test_lowrank_configs),
+        cmocka_unit_test(test_spmm_wgmma_matches_fp64),
         cmocka_unit_test(test_compress_device_matches_host),
         cmocka_unit_test(test_upload_download),
     };

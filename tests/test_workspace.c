@@ -2,8 +2,10 @@
  * struct's size as the library was built) and the caller-provided workspaces: the size query
  * (the FFN's pairs workspace against the template's own formula and the 4 x tokens x d_ff lower
  * bound, the compressor's violation word, none for the other ops), the argument errors of
- * sj_twell_ffn_ws and sj_vnm_compress_device_ws (each naming the argument, before any GPU is
- * needed; right arguments then fail for want of a GPU), and the decoding of a violation word. */
+ * sj_twell_ffn_ws, sj_vnm_compress_device_ws and sj_hybrid_ffn_dw (each naming the argument,
+ * before any GPU is needed; right arguments then fail for want of a GPU), the hybrid weight
+ * gradients' workspace (a layout's own bound against its arrays, the problem's bound for any
+ * layout of its shape, the 32-bit position limit), and the decoding of a violation word. */
 #include "test_util.h"
 
 #include <stdio.h>
@@ -144,6 +146,78 @@ static void test_compress_ws_arguments(void **state)
     sj_context_destroy(ctx);
 }
 
+/* sj_hybrid_ffn_dw_workspace: two words per unit and 32 tokens (bitmap, prefix), d_ff + 1 starts
+ * and a word per pair the layout can hold, each array padded to 16 bytes; sj_workspace_size's is
+ * that of a backup row for every token; refusals name what is wrong. */
+static void test_hybrid_dw_workspace(void **state)
+{
+    uint64_t rng = tu_seed();
+    for (int trial = 0; trial < 50; trial++) {
+        const int64_t tokens = 1 + (int64_t)((tu_uniform(&rng) + 1) * 3000), d_ff = 8 + (int64_t)((tu_uniform(&rng) + 1) * 5000);
+        const int w = 1 + (int)((tu_uniform(&rng) + 1) * 0.5 * (double)(d_ff < 300 ? d_ff - 1 : 299));
+        const int64_t backup = (int64_t)((tu_uniform(&rng) + 1) * 0.5 * (double)tokens);
+        sj_hybrid_layout l;
+        SJ_ASSERT_OK(sj_hybrid_layout_init(&l, SJ_DTYPE_BF16, tokens, d_ff, w, backup));
+        size_t bytes = 0;
+        SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&l, &bytes));
+#define PAD16(n) (((size_t)(n) + 15) / 16 * 16)
+        const size_t words = (size_t)d_ff * (size_t)((tokens + 31) / 32);
+        const size_t pairs = (size_t)(tokens * w + backup * (d_ff - w));
+        assert_int_equal(bytes, 2 * PAD16(4 * words) + PAD16(4 * (d_ff + 1)) + PAD16(4 * pairs));
+        /* the list holds every pair the arrays can: the ELL's rows x W and the backup's rows x (d_ff - W) */
+        assert_true(PAD16(4 * pairs) >= (l.values_bytes / 2 + l.backup_bytes / 2 - (size_t)(backup * w)) * 4);
+        sj_problem p;
+        SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_DW, 64, &p));
+        size_t any = 0;
+        SJ_ASSERT_OK(sj_workspace_size(&p, &any));
+        assert_int_equal(any, 2 * PAD16(4 * words) + PAD16(4 * (d_ff + 1)) + PAD16(4 * (size_t)(tokens * d_ff)));
+        assert_true(any >= bytes);
+#undef PAD16
+    }
+    sj_hybrid_layout big;
+    SJ_ASSERT_OK(sj_hybrid_layout_init(&big, SJ_DTYPE_F16, 70000, 65536, 128, 70000));
+    size_t bytes;
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw_workspace(&big, &bytes), SJ_ERR_INVALID_ARGUMENT, "2^32 - 1");
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw_workspace(NULL, &bytes), SJ_ERR_INVALID_ARGUMENT, NULL);
+    SJ_ASSERT_OK(sj_hybrid_layout_init(&big, SJ_DTYPE_F16, 64, 64, 8, 0));
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw_workspace(&big, NULL), SJ_ERR_INVALID_ARGUMENT, "bytes");
+}
+
+static void test_hybrid_dw_arguments(void **state)
+{
+    sj_context *ctx = tu_compile_context("sm_90a");
+    sj_hybrid_layout l;
+    SJ_ASSERT_OK(sj_hybrid_layout_init(&l, SJ_DTYPE_BF16, 300, 1024, 64, 40));
+    sj_problem p;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_DW, 256, &p));
+    size_t need;
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&l, &need));
+    sj_hybrid_device H = { .layout = l, .values = 0x100000, .columns = 0x110000, .nnz = 0x120000, .slot = 0x130000,
+                           .owner = 0x140000, .backup = 0x150000, .counter = 0x160000 };
+    sj_devptr X = 0x200000, dY = 0x210000, uv = 0x220000, ub = 0x230000, gv = 0x240000, gb = 0x250000, dv = 0x260000,
+              db = 0x270000, g1 = 0x280000, g2 = 0x290000, g3 = 0x2a0000, W = 0x300000;
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, gb, dv, db, g1, g2, g3, 0, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "workspace");
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, gb, dv, db, g1, g2, g3, W + 8, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "16-byte aligned");
+    char msg[64];
+    snprintf(msg, sizeof msg, "at least %zu", need);
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, gb, dv, db, g1, g2, g3, W, need - 1, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, msg);
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, 0, dv, db, g1, g2, g3, W, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "dg_backup");
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, gb, dv, db, g1, 0, g3, W, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "dWuT");
+    sj_problem dx;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_DX, 256, &dx));
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &dx, X, dY, &H, uv, ub, gv, gb, dv, db, g1, g2, g3, W, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "expected hybrid-ffn-dw");
+    if (!has_gpu(ctx))   /* as above: on a GPU the fake pointers would be written */
+        SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, &p, X, dY, &H, uv, ub, gv, gb, dv, db, g1, g2, g3, W, need, NULL),
+                         SJ_ERR_NO_GPU, NULL);
+    sj_context_destroy(ctx);
+}
+
 /* The word is ((row block * groups padded to k_tiles * 8) + group) * (V + 1) + (0: the block's
  * columns, 1 + r: row r of the block), templates/vnm_compress.lua. */
 static void test_pattern_status(void **state)
@@ -167,6 +241,8 @@ int main(void)
         cmocka_unit_test(test_size_query),
         cmocka_unit_test(test_ffn_ws_arguments),
         cmocka_unit_test(test_compress_ws_arguments),
+        cmocka_unit_test(test_hybrid_dw_workspace),
+        cmocka_unit_test(test_hybrid_dw_arguments),
         cmocka_unit_test(test_pattern_status),
     };
     return TU_RUN_TESTS(tests, NULL, NULL);

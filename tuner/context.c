@@ -25,6 +25,7 @@ static sj_status tune_on_miss(sj_context *ctx, const sj_problem *p, char *config
 
 sj_status sj_context_create(const sj_context_options *opts, sj_context **out)
 {
+    RT_USE_CONTEXT(NULL); /* none yet: only the caller's is kept */
     sj_status st = rt_context_create(opts, out);
     if (st == SJ_OK && (*out)->opts.tune_policy == SJ_TUNE_ON_MISS) (*out)->tune_on_miss = tune_on_miss;
     return st;

@@ -527,6 +527,7 @@ static sj_status save(tuner *t, const job *w)
 
 sj_status sj_tune(sj_context *ctx, const sj_problem *p, const sj_tune_options *opts, sj_tune_result *res)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !p || !res)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_tune: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
     memset(res, 0, sizeof *res);
@@ -637,6 +638,7 @@ done:
  * FLOP count, without the baseline. */
 sj_status sj_bench(sj_context *ctx, const sj_problem *p, const sj_tune_options *opts, sj_bench_result *res)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !p || !res)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_bench: %s is NULL", !ctx ? "ctx" : !p ? "problem" : "result");
     memset(res, 0, sizeof *res);

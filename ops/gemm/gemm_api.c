@@ -4,6 +4,7 @@
 
 sj_status sj_gemm(sj_context *ctx, const sj_problem *p, sj_devptr A, sj_devptr B, sj_devptr C, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_gemm: ctx is NULL");
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;

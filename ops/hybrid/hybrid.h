@@ -8,6 +8,7 @@
 
 extern const harness_ops harness_hybrid_gate;                          /* hybrid_harness.c */
 extern const harness_ops harness_hybrid_ffn_fwd, harness_hybrid_ffn_dx; /* hybrid_ffn_harness.c */
+extern const harness_ops harness_hybrid_ffn_dw;                         /* hybrid_dw_harness.c */
 
 /* SJ_OK when the device matrix has the layout the problem describes (rows = m, cols = n,
  * W = twell_capacity, dtype) and its arrays are allocated and aligned. */
@@ -35,5 +36,26 @@ sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devp
 sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
                                const hybrid_saved_u *u, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd, sj_devptr dX,
                                const hybrid_grads *g, void *stream);
+
+/* The gradients' outputs (d_ff x d_model each). */
+typedef struct hybrid_weight_grads {
+    sj_devptr dWgT, dWuT, dWd;
+} hybrid_weight_grads;
+
+/* The workspace of hybrid-ffn-dw's transpose for a matrix of rows x cols, W, backup_rows: byte
+ * offsets of the token bitmaps and word prefixes (cols x ceil(rows / 32) words each), the list
+ * starts (cols + 1 ints) and the list (pairs words, pairs = what the layout can hold), and the
+ * total. Pure arithmetic (hybrid_dw_launch.c). */
+typedef struct hybrid_dw_ws {
+    size_t bits, wpre, start, list, total;
+    int64_t words, pairs;       /* words of one bitmap or prefix array; the list's capacity */
+} hybrid_dw_ws;
+void hybrid_dw_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, hybrid_dw_ws *out);
+
+/* The transpose of H into workspace (the hybrid-transpose stages, plan w), then the hybrid-ffn-dw
+ * kernel k with its ABI: the entry point and the harness share it. */
+sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, sj_devptr dY,
+                               const sj_hybrid_device *H, const hybrid_saved_u *u, const hybrid_grads *g,
+                               const hybrid_weight_grads *out, sj_devptr workspace, const hybrid_dw_ws *w, void *stream);
 
 #endif

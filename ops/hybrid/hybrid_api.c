@@ -50,6 +50,7 @@ sj_status hybrid_gate_launch(sj_context *ctx, const loaded_kernel *k, const sj_p
 sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr WgT, const sj_hybrid_device *H,
                          void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = gate_check(ctx, p, X, WgT, H, "sj_hybrid_gate");
     if (st != SJ_OK) return st;
     const loaded_kernel *k;
@@ -60,6 +61,7 @@ sj_status sj_hybrid_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_d
 sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr WgT,
                                   sj_hybrid_device *H, sj_hybrid_report *report, int *relaunched, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     if (relaunched) *relaunched = 0;
     sj_status st = sj_hybrid_gate(ctx, p, X, WgT, H, stream);
     if (st != SJ_OK) return st;

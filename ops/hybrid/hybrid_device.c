@@ -23,6 +23,7 @@ static int arrays_of(sj_hybrid_device *d, array_ref out[7])
 
 sj_status sj_hybrid_device_free(sj_context *ctx, sj_hybrid_device *d)
 {
+    RT_USE_CONTEXT(ctx);
     if (!d) return SJ_OK;
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_device_free: ctx is NULL");
     sj_status st = SJ_OK, s;
@@ -36,6 +37,7 @@ sj_status sj_hybrid_device_free(sj_context *ctx, sj_hybrid_device *d)
 
 sj_status sj_hybrid_device_alloc(sj_context *ctx, const sj_hybrid_layout *l, sj_hybrid_device *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_device_alloc: out is NULL");
     memset(out, 0, sizeof *out);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_device_alloc: ctx is NULL");
@@ -54,6 +56,7 @@ sj_status sj_hybrid_device_alloc(sj_context *ctx, const sj_hybrid_layout *l, sj_
 
 sj_status sj_hybrid_device_grow(sj_context *ctx, sj_hybrid_device *d, int64_t backup_rows)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !d) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_device_grow: ctx and d must not be NULL");
     sj_hybrid_layout l;
     sj_status st = hybrid_layout_check(&d->layout, "sj_hybrid_device_grow");
@@ -88,6 +91,7 @@ static sj_status copy_arrays(sj_context *ctx, sj_hybrid_host *h, sj_hybrid_devic
 
 sj_status sj_hybrid_upload(sj_context *ctx, const sj_hybrid_host *h, sj_hybrid_device *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!h) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_upload: h is NULL");
     sj_status st = sj_hybrid_device_alloc(ctx, &h->layout, out);
     if (st != SJ_OK) return st;
@@ -97,6 +101,7 @@ sj_status sj_hybrid_upload(sj_context *ctx, const sj_hybrid_host *h, sj_hybrid_d
 
 sj_status sj_hybrid_download(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_host *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !d || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_download: ctx, d and out must not be NULL");
     sj_status st = hybrid_layout_check(&d->layout, "sj_hybrid_download");
     if (st != SJ_OK) return st;
@@ -107,6 +112,7 @@ sj_status sj_hybrid_download(sj_context *ctx, const sj_hybrid_device *d, sj_hybr
 
 sj_status sj_hybrid_report_device(sj_context *ctx, const sj_hybrid_device *d, sj_hybrid_report *report)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !d || !report)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_report_device: ctx, d and report must not be NULL");
     sj_hybrid_host h;

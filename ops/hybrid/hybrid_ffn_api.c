@@ -1,7 +1,8 @@
-/* hybrid_ffn_api.c: the forward and the activations' backward of the FFN block over hybrid
- * activations through the request path (rt_kernel_for / rt_launch): sj_hybrid_ffn_fwd
- * (templates/hybrid_ffn_fwd.lua) and sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua), their
- * argument checks, their launches (shared with the harness) and their problem. */
+/* hybrid_ffn_api.c: the forward and the backward of the FFN block over hybrid activations
+ * through the request path (rt_kernel_for / rt_launch): sj_hybrid_ffn_fwd
+ * (templates/hybrid_ffn_fwd.lua), sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua) and
+ * sj_hybrid_ffn_dw (the transpose, then templates/hybrid_ffn_dw.lua: hybrid_dw_launch.c), their
+ * argument checks, the fwd and dx launches (shared with the harness) and their problem. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
@@ -12,9 +13,9 @@ sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *l, sj_op op, int64_t d_m
     sj_status st = hybrid_layout_check(l, "sj_hybrid_ffn_problem");
     if (st != SJ_OK) return st;
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_problem: out is NULL");
-    if (op != SJ_OP_HYBRID_FFN_FWD && op != SJ_OP_HYBRID_FFN_DX)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_problem: op %d: expected hybrid-ffn-fwd or hybrid-ffn-dx",
-                         (int)op);
+    if (op != SJ_OP_HYBRID_FFN_FWD && op != SJ_OP_HYBRID_FFN_DX && op != SJ_OP_HYBRID_FFN_DW)
+        return error_set(SJ_ERR_INVALID_ARGUMENT,
+                         "sj_hybrid_ffn_problem: op %d: expected hybrid-ffn-fwd, hybrid-ffn-dx or hybrid-ffn-dw", (int)op);
     sj_problem_init(out, op, l->dtype, l->rows, d_model, d_model);
     out->d_ff = l->cols;
     out->twell_tile = (int)l->cols;
@@ -76,6 +77,7 @@ sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, c
                             sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
                             void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_fwd";
     const char *const names[] = { "X", "WuT", "Wd", "Y" };
     const sj_devptr ptrs[] = { X, WuT, Wd, Y };
@@ -92,6 +94,7 @@ sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, c
                            sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
                            sj_devptr du_backup, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_dx";
     const char *const names[] = { "dY", "WgT", "WuT", "Wd", "dX" };
     const sj_devptr ptrs[] = { dY, WgT, WuT, Wd, dX };
@@ -104,4 +107,31 @@ sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, c
     hybrid_saved_u u = { u_values, u_backup };
     hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
     return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, stream);
+}
+
+sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr dY, const sj_hybrid_device *H,
+                           sj_devptr u_values, sj_devptr u_backup, sj_devptr dg_values, sj_devptr dg_backup,
+                           sj_devptr du_values, sj_devptr du_backup, sj_devptr dWgT, sj_devptr dWuT, sj_devptr dWd,
+                           sj_devptr workspace, size_t workspace_bytes, void *stream)
+{
+    RT_USE_CONTEXT(ctx);
+    const char *what = "sj_hybrid_ffn_dw";
+    const char *const names[] = { "X", "dY", "dWgT", "dWuT", "dWd", "workspace" };
+    const sj_devptr ptrs[] = { X, dY, dWgT, dWuT, dWd, workspace };
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DW, H, names, ptrs, 6, what);
+    if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
+    if (st == SJ_OK) st = pair_arrays(H, "dg_values", dg_values, "dg_backup", dg_backup, 4);
+    if (st == SJ_OK) st = pair_arrays(H, "du_values", du_values, "du_backup", du_backup, 4);
+    size_t need = 0;
+    if (st == SJ_OK && (st = sj_hybrid_ffn_dw_workspace(&H->layout, &need)) == SJ_OK && workspace_bytes < need)
+        st = error_set(SJ_ERR_INVALID_ARGUMENT, "%s: workspace_bytes = %zu; H's layout needs at least %zu "
+                       "(sj_hybrid_ffn_dw_workspace)", what, workspace_bytes, need);
+    const loaded_kernel *k;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    hybrid_dw_ws w;
+    hybrid_dw_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, &w);
+    hybrid_saved_u u = { u_values, u_backup };
+    hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
+    hybrid_weight_grads out = { dWgT, dWuT, dWd };
+    return hybrid_ffn_dw_launch(ctx, k, X, dY, H, &u, &g, &out, workspace, &w, stream);
 }

@@ -14,12 +14,12 @@
 #include "tuner/random_fill.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
+#include "ops/hybrid/hybrid_inputs.h"
 #include "ops/twell/twell.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { HYBRID_STREAM_DY = 16, HYBRID_STREAM_U }; /* past the TwELL family's streams */
 
 typedef struct ffn_state {
     twell_ffn_law law;          /* X, WuT, Wd, a */
@@ -46,47 +46,6 @@ static void ffn_teardown(harness *h)
     h->state = NULL;
 }
 
-/* a on the host, as the hybrid format with a backup that holds every overflow row. */
-static sj_status build_activations(const sj_problem *p, ffn_state *s)
-{
-    sj_hybrid_layout l;
-    sj_status st = sj_hybrid_layout_init(&l, p->dtype, p->m, p->d_ff, p->twell_capacity, 0);
-    if (st != SJ_OK) return st;
-    uint16_t *dense = malloc(sizeof *dense * (size_t)(p->m * p->d_ff));
-    if (!dense) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for %lld x %lld activations",
-                                 (long long)p->m, (long long)p->d_ff);
-    for (int64_t r = 0; r < p->m; r++) crng_activation_row(&s->law.H, r, dense + r * p->d_ff);
-    st = sj_hybrid_from_dense(&l, dense, p->d_ff, &s->a, NULL);
-    free(dense);
-    return st;
-}
-
-/* u of the dx's inputs at a's positions (uniform, its own stream), uploaded into s->u. */
-static sj_status upload_u(harness *h, ffn_state *s)
-{
-    const sj_hybrid_layout *l = &s->a.layout;
-    uint16_t *uv = calloc((size_t)(l->rows * l->width), sizeof *uv);
-    uint16_t *ub = calloc((size_t)(l->backup_rows * l->cols) + 1, sizeof *ub);
-    sj_status st = SJ_OK;
-    if (!uv || !ub) {
-        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the stored u");
-        goto done;
-    }
-    for (int64_t r = 0; r < l->rows; r++) {
-        int64_t e = s->a.nnz[r] < l->width ? s->a.nnz[r] : l->width;
-        for (int64_t i = 0; i < e; i++) uv[r * l->width + i] = crng_matrix_at(&s->U, r, s->a.columns[r * l->width + i]);
-    }
-    for (int64_t b = 0; b < l->backup_rows; b++)
-        for (int64_t j = 0; j < l->cols; j++)
-            if (hybrid_nonzero(s->a.backup[b * l->cols + j])) ub[b * l->cols + j] = crng_matrix_at(&s->U, s->a.owner[b], j);
-    if ((st = harness_upload(h->ctx, uv, l->values_bytes, &s->u.values)) == SJ_OK && l->backup_rows)
-        st = harness_upload(h->ctx, ub, l->backup_bytes, &s->u.backup);
-done:
-    free(uv);
-    free(ub);
-    return st;
-}
-
 static sj_status ffn_setup_common(harness *h, uint64_t seed, int dx)
 {
     const sj_problem *p = &h->problem;
@@ -94,7 +53,7 @@ static sj_status ffn_setup_common(harness *h, uint64_t seed, int dx)
     if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
     sj_status st = twell_ffn_inputs(p, seed, &s->law);
-    if (st != SJ_OK || (st = build_activations(p, s)) != SJ_OK || (st = sj_hybrid_upload(h->ctx, &s->a, &s->H)) != SJ_OK)
+    if (st != SJ_OK || (st = hybrid_activations(p, &s->law.H, &s->a)) != SJ_OK || (st = sj_hybrid_upload(h->ctx, &s->a, &s->H)) != SJ_OK)
         return st;
     const sj_hybrid_layout *l = &s->a.layout;
     if ((st = random_device_matrix(h->ctx, &s->law.WuT, 0, &s->WuT)) != SJ_OK ||
@@ -106,7 +65,8 @@ static sj_status ffn_setup_common(harness *h, uint64_t seed, int dx)
         s->U = (crng_matrix){ p->dtype, crng_key(seed, HYBRID_STREAM_U), p->m, p->d_ff, NULL };
         size_t ell = (size_t)(l->rows * l->width) * sizeof(float), bk = (size_t)(l->backup_rows * l->cols) * sizeof(float);
         if ((st = random_device_matrix(h->ctx, &s->dY, 0, &s->X)) != SJ_OK ||
-            (st = random_device_matrix(h->ctx, &s->WgT_law, 0, &s->WgT)) != SJ_OK || (st = upload_u(h, s)) != SJ_OK ||
+            (st = random_device_matrix(h->ctx, &s->WgT_law, 0, &s->WgT)) != SJ_OK ||
+            (st = hybrid_pairs_upload(h->ctx, &s->a, &s->U, HYBRID_PAIR_16, &s->u.values, &s->u.backup)) != SJ_OK ||
             (st = sj_malloc(h->ctx, ell, &s->g.dg_values)) != SJ_OK || (st = sj_malloc(h->ctx, ell, &s->g.du_values)) != SJ_OK)
             return st;
         if (bk && ((st = sj_malloc(h->ctx, bk, &s->g.dg_backup)) != SJ_OK ||

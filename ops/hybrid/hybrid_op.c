@@ -1,6 +1,8 @@
 /* hybrid_op.c: the descriptors of the hybrid family: hybrid-gate (H = relu(X . Wg) written in the
- * hybrid format by the gate's epilogue), hybrid-ffn-fwd (u at H's active pairs, Y) and
- * hybrid-ffn-dx (dh, dg, du at H's active pairs, dX). Their problems are TwELL problems whose one
+ * hybrid format by the gate's epilogue), hybrid-ffn-fwd (u at H's active pairs, Y),
+ * hybrid-ffn-dx (dh, dg, du at H's active pairs, dX), hybrid-ffn-dw (the three weight gradients
+ * from the per-pair values) and hybrid-transpose (the per-unit token lists hybrid-ffn-dw reads,
+ * one kernel per stage; a problem of the gate's shape). Their problems are TwELL problems whose one
  * tile spans the row: twell_tile = d_ff, twell_capacity = W, the ELL width; they read the
  * activations' law (sparsity, skew), which the cache key carries since timings depend on it. The
  * FFN ops take d_ff in problem.d_ff and d_model in n = k, as twell-ffn does. */
@@ -104,6 +106,22 @@ static void example_ffn(sj_problem *p, sj_op op)
 }
 static void example_fwd(sj_problem *p) { example_ffn(p, SJ_OP_HYBRID_FFN_FWD); }
 static void example_dx(sj_problem *p) { example_ffn(p, SJ_OP_HYBRID_FFN_DX); }
+static void example_dw(sj_problem *p) { example_ffn(p, SJ_OP_HYBRID_FFN_DW); }
+
+/* The transpose of the gate's example matrix: 256 tokens x d_ff 1024, W = 128. */
+static void example_transpose(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_HYBRID_TRANSPOSE, SJ_DTYPE_BF16, 256, 1024, 1);
+    fill_defaults(p);
+}
+
+/* The most any hybrid matrix of the problem's shape needs: a backup row for every token. */
+static size_t dw_workspace(const sj_problem *p)
+{
+    hybrid_dw_ws w;
+    hybrid_dw_plan(p->m, p->d_ff, p->twell_capacity, p->m, &w);
+    return w.total;
+}
 
 /* templates/hybrid_gate.lua's WG: the main loop of twell_gate.lua's WG=0 and WG=1; the epilogue
  * reserves row positions and backup rows with atomics (ATOMG/RED in SASS). */
@@ -171,4 +189,57 @@ const op_desc op_hybrid_ffn_dx = {
     .example = example_dx,
     .variants = rows_variants,
     .n_variants = 1,
+};
+
+/* templates/hybrid_ffn_dw.lua: one algorithm, CUDA cores (FFMA over 16-byte gathers of X and dY
+ * rows), no MMA (docs/training.md says why). */
+static const op_variant dw_variants[] = {
+    { .name = "unit-gather", .config = NULL, .arch = "sm_80", .sass = "FFMA,LDG.E.128.CONSTANT,STS.128,LDS.128",
+      .sass_absent = "HMMA,HGMMA" },
+};
+
+const op_desc op_hybrid_ffn_dw = {
+    .op = SJ_OP_HYBRID_FFN_DW,
+    .name = "hybrid-ffn-dw",
+    .template_name = "hybrid_ffn_dw",
+    .reads = OP_READS_TWELL | OP_READS_D_FF,
+    .n_args = 18,
+    .tunable = 1,
+    .validate = validate_ffn,
+    .key_text = key_text_ffn,
+    .fill_defaults = fill_defaults_ffn,
+    .label = label,
+    .workspace = dw_workspace,
+    .harness = &harness_hybrid_ffn_dw,
+    .baseline_help = "the three dense weight-gradient GEMMs (d_ff x d_model over tokens)",
+    .example = example_dw,
+    .variants = dw_variants,
+    .n_variants = 1,
+};
+
+/* templates/hybrid_transpose.lua: one kernel per stage, none a matrix instruction: bitmap
+ * atomics, warp popcount scans, a block scan, the ranked fill. */
+static const op_variant transpose_variants[] = {
+    { .name = "mark", .config = "STAGE=0", .arch = "sm_80", .sass = "E.OR.STRONG.GPU", .sass_absent = "HMMA" },
+    { .name = "count", .config = "STAGE=1", .arch = "sm_80", .sass = "POPC,SHFL.UP", .sass_absent = "HMMA" },
+    { .name = "scan", .config = "STAGE=2", .arch = "sm_80", .sass = "BAR.SYNC,LDS,STS", .sass_absent = "HMMA" },
+    { .name = "fill", .config = "STAGE=3", .arch = "sm_80", .sass = "POPC,STG.E", .sass_absent = "HMMA,E.OR.STRONG" },
+};
+
+/* A conversion of the layout, not a product: nothing to tune or bench it against. Keyed on the
+ * matrix's shape only (the API leaves the activations' law unspecified). */
+const op_desc op_hybrid_transpose = {
+    .op = SJ_OP_HYBRID_TRANSPOSE,
+    .name = "hybrid-transpose",
+    .template_name = "hybrid_transpose",
+    .reads = OP_READS_TWELL,
+    .n_args = 0,
+    .tunable = 0,
+    .validate = validate,
+    .key_text = key_text,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .example = example_transpose,
+    .variants = transpose_variants,
+    .n_variants = sizeof transpose_variants / sizeof *transpose_variants,
 };

@@ -28,6 +28,7 @@ static sj_status check_problem(sj_context *ctx, const sj_problem *p, sj_op op, c
 sj_status sj_twell_gate(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr WgT, const sj_twell_device *H,
                         void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = check_problem(ctx, p, SJ_OP_TWELL_GATE, "sj_twell_gate");
     if (st != SJ_OK) return st;
     if (p->out_dtype != p->dtype)
@@ -78,6 +79,7 @@ static sj_status ffn_check(sj_context *ctx, const sj_problem *p, sj_devptr X, co
 sj_status sj_twell_ffn(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_twell_device *H, sj_devptr WuT,
                        sj_devptr Wd, sj_devptr Y, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = ffn_check(ctx, p, X, H, WuT, Wd, Y, "sj_twell_ffn");
     if (st != SJ_OK) return st;
     const loaded_kernel *k;
@@ -120,6 +122,7 @@ sj_status twell_ffn_launch(sj_context *ctx, const loaded_kernel *k, const sj_pro
 sj_status sj_twell_ffn_ws(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_twell_device *H, sj_devptr WuT,
                           sj_devptr Wd, sj_devptr Y, sj_devptr workspace, size_t workspace_bytes, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = ffn_check(ctx, p, X, H, WuT, Wd, Y, "sj_twell_ffn_ws");
     if (st != SJ_OK) return st;
     if ((st = rt_check_ptr("workspace", workspace, 16)) != SJ_OK) return st;

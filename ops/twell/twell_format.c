@@ -197,6 +197,7 @@ int64_t sj_twell_overflow_tiles(const sj_twell_host *h)
 
 sj_status sj_twell_device_alloc(sj_context *ctx, const sj_twell_layout *l, sj_twell_device *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_device_alloc: out is NULL");
     memset(out, 0, sizeof *out);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_device_alloc: ctx is NULL");
@@ -214,6 +215,7 @@ sj_status sj_twell_device_alloc(sj_context *ctx, const sj_twell_layout *l, sj_tw
 
 sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_device *out)
 {
+    RT_USE_CONTEXT(ctx);
     sj_status st = check_host(h, "sj_twell_upload");
     if (st != SJ_OK) return st;
     if ((st = sj_twell_device_alloc(ctx, &h->layout, out)) != SJ_OK) return st;
@@ -229,6 +231,7 @@ sj_status sj_twell_upload(sj_context *ctx, const sj_twell_host *h, sj_twell_devi
 
 sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_host *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !d || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_download: ctx, d and out must not be NULL");
     sj_status st = check_layout(&d->layout, "sj_twell_download");
     if (st != SJ_OK) return st;
@@ -245,6 +248,7 @@ sj_status sj_twell_download(sj_context *ctx, const sj_twell_device *d, sj_twell_
 
 sj_status sj_twell_device_free(sj_context *ctx, sj_twell_device *d)
 {
+    RT_USE_CONTEXT(ctx);
     if (!d) return SJ_OK;
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_twell_device_free: ctx is NULL");
     sj_status st = SJ_OK, s;

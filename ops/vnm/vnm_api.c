@@ -13,6 +13,7 @@
 
 sj_status sj_vnm_device_free(sj_context *ctx, sj_vnm_device *d)
 {
+    RT_USE_CONTEXT(ctx);
     if (!ctx || !d) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_device_free: ctx or d is NULL");
     sj_status st = SJ_OK, s2;
     sj_devptr ptrs[3] = { d->values, d->meta, d->index };
@@ -38,6 +39,7 @@ static sj_status device_alloc(sj_context *ctx, const sj_vnm_layout *l, sj_vnm_de
 
 sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: out is NULL");
     memset(out, 0, sizeof *out);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_upload: ctx is NULL");
@@ -55,6 +57,7 @@ sj_status sj_vnm_upload(sj_context *ctx, const sj_vnm_host *h, sj_vnm_device *ou
 
 sj_status sj_vnm_download(sj_context *ctx, const sj_vnm_device *d, sj_vnm_host *out)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: out is NULL");
     memset(out, 0, sizeof *out);
     if (!ctx || !d) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_download: ctx or d is NULL");
@@ -122,6 +125,7 @@ static sj_status spmm_check(sj_context *ctx, const sj_problem *p, const sj_vnm_d
 sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B, sj_devptr C,
                       float alpha, float beta, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     if (p && p->lowrank_rank)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm: problem.lowrank_rank = %d: a low-rank term needs U "
                          "and Z (sj_vnm_spmm_lowrank)", p->lowrank_rank);
@@ -136,6 +140,7 @@ sj_status sj_vnm_spmm(sj_context *ctx, const sj_problem *p, const sj_vnm_device 
 sj_status sj_vnm_spmm_lowrank(sj_context *ctx, const sj_problem *p, const sj_vnm_device *A, sj_devptr B,
                               sj_devptr C, sj_devptr U, sj_devptr Z, float alpha, float beta, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     if (p && !p->lowrank_rank)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_spmm_lowrank: problem.lowrank_rank is 0: set the rank "
                          "r of U (rows x r) and Z (r x n), or call sj_vnm_spmm");
@@ -193,6 +198,7 @@ sj_status sj_vnm_compress_device_ws(sj_context *ctx, const sj_vnm_layout *l, sj_
                                     sj_vnm_select select, const sj_vnm_device *out, sj_devptr workspace,
                                     size_t workspace_bytes, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_vnm_compress_device_ws";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", what);
@@ -235,6 +241,7 @@ sj_status sj_vnm_compress_device_ws(sj_context *ctx, const sj_vnm_layout *l, sj_
 sj_status sj_vnm_compress_device(sj_context *ctx, const sj_vnm_layout *l, sj_devptr A, int64_t lda,
                                  sj_vnm_select select, sj_vnm_device *out, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: out is NULL");
     memset(out, 0, sizeof *out);
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_compress_device: ctx is NULL");

@@ -83,6 +83,7 @@ sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, 
                        sj_devptr W, int64_t ldw, sj_devptr mask, int64_t ldm, sj_devptr workspace, size_t workspace_bytes,
                        void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_gmp_prune";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     if (dt != SJ_DTYPE_F16 && dt != SJ_DTYPE_BF16)
@@ -137,6 +138,7 @@ sj_status sj_gmp_prune(sj_context *ctx, const sj_gmp_schedule *s, int64_t step, 
 sj_status sj_gmp_recompress(sj_context *ctx, sj_devptr W, int64_t ldw, const sj_vnm_device *fwd, const sj_vnm_device *wt2,
                             sj_devptr workspace, size_t workspace_bytes, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_gmp_recompress";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     if (!fwd || !wt2) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: fwd or wt2 is NULL", what);

@@ -103,12 +103,16 @@ static void example_transpose(sj_problem *p)
     fill_defaults(p);
 }
 
-/* mma.sp on sparse tensor cores, on every target; with a low-rank term, its dense m16n8k16 tail
- * (HMMA.16816) on U and Z after the sparse loop. */
+/* mma.sp on sparse tensor cores, on every target (WG=0), with a low-rank term its dense m16n8k16
+ * tail (HMMA.16816) on U and Z after the sparse loop; on sm_90a wgmma.sp from the same cp.async
+ * ring, one warpgroup per 64 rows (WG=1, not yet a default; no low-rank tail). */
 static const op_variant variants_spmm[] = {
-    { .name = "sparse-mma-sync", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS", .sass_absent = "HMMA.16816" },
-    { .name = "sparse-mma-sync-lowrank", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,HMMA.16816.F32,LDGSTS,LDSM",
-      .example = example_spmm_lowrank },
+    { .name = "sparse-mma-sync", .config = "WG=0", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS",
+      .sass_absent = "HGMMA,HMMA.16816" },
+    { .name = "sparse-mma-sync-lowrank", .config = "WG=0", .arch = "sm_80",
+      .sass = "HMMA.SP.16832.F32,HMMA.16816.F32,LDGSTS,LDSM", .example = example_spmm_lowrank },
+    { .name = "sparse-wgmma", .config = "WG=1,BM=64,BN=256,WM=64,WN=256", .arch = "sm_90a",
+      .sass = "HGMMA.SP.64x256x32.F32,LDGSTS", .sass_absent = "HMMA.SP" },
 };
 
 /* No matrix instruction: the column norms are summed in fp64 so the choice is the host's to

@@ -39,6 +39,7 @@ sj_status sj_vnm_dw_problem(const sj_vnm_layout *l, int64_t tokens, sj_dtype out
 sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W, sj_devptr dY, sj_devptr X,
                     sj_devptr dW_values, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_vnm_dw";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = sj_problem_validate(p);
@@ -67,6 +68,7 @@ sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W
 
 sj_status sj_vnm_transpose(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, int64_t ldt, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_vnm_transpose";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = check_w(W, 1, what);
@@ -104,6 +106,7 @@ sj_status sj_vnm_double_prune_workspace(const sj_vnm_layout *l, size_t *bytes)
 sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, const sj_vnm_device *WT2, sj_devptr workspace,
                               size_t workspace_bytes, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_vnm_double_prune";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = check_w(W, 1, what);
@@ -128,6 +131,7 @@ sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, const sj_
 sj_status sj_vnm_dx_exact(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, sj_devptr dY, sj_devptr dX, int64_t tokens,
                           sj_dtype out_dtype, void *stream)
 {
+    RT_USE_CONTEXT(ctx);
     const char *what = "sj_vnm_dx_exact";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = check_w(W, 1, what);

@@ -1,8 +1,8 @@
 """sparsejit.nn.SparseReLUFFN and the hybrid ops under it (hybrid_gate, hybrid_ffn_fwd,
-hybrid_ffn_dx). Without a GPU: the ops' fake shapes, their refusals and the module's, the plans,
+hybrid_ffn_dx, hybrid_ffn_dw). Without a GPU: the ops' fake shapes, their refusals and the module's, the plans,
 and the module's whole step (gate, backup growth, report, autograd, the weight gradients from the
-compact per-pair values) on the CPU with stand-ins for the three kernels that write the hybrid
-format's arrays as the C API documents them, every unspecified slot poisoned. On a GPU: the step
+compact per-pair values) on the CPU with stand-ins for the kernels (the three that write the hybrid
+format's arrays as the C API documents them, and the weight gradients'), every unspecified slot poisoned. On a GPU: the step
 through the real kernels against fp64 autograd of the dense block at 50% and 99% zeros, every
 row overflowing in some cases, and the eager bodies against the torch ops. Skips, saying why,
 where torch or a GPU is missing."""
@@ -111,6 +111,9 @@ def test_hybrid_ops_fake_shapes_without_a_gpu(dtype, backup_rows):
         for t, shape in ((dgv, (tokens, width)), (duv, (tokens, width)), (dgb, (backup_rows, d_ff)),
                          (dub, (backup_rows, d_ff))):
             assert (t.shape, t.dtype) == (shape, torch.float32)
+        for out_dtype in (None, torch.float32):
+            grads = torch.ops.sparsejit.hybrid_ffn_dw(x, x, h, uv, ub, dgv, dgb, duv, dub, 0.5, out_dtype)
+            assert [(g.shape, g.dtype) for g in grads] == [((d_ff, d_model), out_dtype or dtype)] * 3
 
 
 def _call(case: str):
@@ -134,6 +137,9 @@ def _call(case: str):
         "out_dtype": lambda: ops.hybrid_ffn_fwd(x, h, w, w, 0.99, torch.int8),
         "u_backup": lambda: ops.hybrid_ffn_dx(x, h, uv, ub[:3].contiguous(), w, w, w, 0.99, None),
         "wg_t of dx": lambda: ops.hybrid_ffn_dx(x, h, uv, ub, w.half(), w, w, 0.99, None),
+        "dg of dw": lambda: ops.hybrid_ffn_dw(x, x, h, uv, ub, uv, ub.float(), uv.float(), ub.float(), 0.99, None),
+        "dy of dw": lambda: ops.hybrid_ffn_dw(x, x[:32].contiguous(), h, uv, ub, uv.float(), ub.float(), uv.float(),
+                                              ub.float(), 0.99, None),
     }
     return calls[case]()
 
@@ -153,6 +159,8 @@ def _call(case: str):
     ("out_dtype", r"hybrid_ffn: out_dtype: dtype torch.int8 is not supported"),
     ("u_backup", r"hybrid_ffn_dx: u_backup is \(3, 200\) .* expected \(4, 200\)"),
     ("wg_t of dx", r"hybrid_ffn_dx: wg_t is \(200, 64\) torch.float16; expected \(200, 64\) torch.bfloat16"),
+    ("dg of dw", r"hybrid_ffn_dw: dg_values is \(40, 16\) torch.bfloat16; expected \(40, 16\) torch.float32"),
+    ("dy of dw", r"hybrid_ffn_dw: x \(40, 64\) torch.bfloat16 and dy \(32, 64\) torch.bfloat16: expected both"),
 ])
 def test_hybrid_ops_refuse_bad_arguments_by_name(case, message):
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -205,7 +213,7 @@ def test_hybrid_plans_equal_fresh_structs_and_refusals_are_not_kept(dtype):
     call("sj_hybrid_gate_problem", ctypes.byref(lay), d_model, ctypes.byref(fresh))
     fresh.twell_sparsity = 0.95
     assert (_fields(lay_c), _fields(p)) == (_fields(lay), _fields(fresh))
-    for op in (10, 11):  # hybrid-ffn-fwd, hybrid-ffn-dx
+    for op in (10, 11, 12):  # hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw
         lay_c, p = ops._hybrid_ffn_plan(op, tokens, d_ff, width, rows, dtype, d_model, torch.float32, 0.95)
         call("sj_hybrid_ffn_problem", ctypes.byref(lay), op, d_model, ctypes.byref(fresh))
         fresh.out_dtype, fresh.twell_sparsity = 3, 0.95
@@ -288,10 +296,13 @@ def at_pairs(h: list[torch.Tensor], dense: torch.Tensor) -> tuple[torch.Tensor, 
     return ell, bk
 
 
+STAND_INS = ("hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx", "hybrid_ffn_dw")
+
+
 class StandInKernels:
-    """hybrid_gate, hybrid_ffn_fwd and hybrid_ffn_dx on the CPU, to the C API's contracts (fp64
-    products, a, u and the outputs rounded to the dtype, the per-pair gradients fp32); counts
-    the gates run."""
+    """The ops of STAND_INS on the CPU, to the C API's contracts (fp64 products, a, u and the
+    outputs rounded to the dtype, the per-pair gradients fp32; the weight gradients read only the
+    pairs' values, a u from the stored a and u); counts the gates run."""
 
     def __init__(self, seed: int):
         self.gen = torch.Generator().manual_seed(seed)
@@ -313,6 +324,13 @@ class StandInKernels:
         dx = dg @ wg_t.double() + du @ wu_t.double()
         return (dx.to(out_dtype or dy.dtype), *at_pairs(h, dg.float()), *at_pairs(h, du.float()))
 
+    def hybrid_ffn_dw(self, x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
+                      out_dtype=None):
+        hu = dense_of(h, h[0], h[5]) * dense_of(h, u_values, u_backup)
+        grads = (dense_of(h, dg_values, dg_backup).t() @ x.double(), dense_of(h, du_values, du_backup).t() @ x.double(),
+                 hu.t() @ dy.double())
+        return tuple(g.to(out_dtype or x.dtype) for g in grads)
+
 
 @pytest.mark.parametrize("dtype", [F16, BF16])
 @pytest.mark.parametrize("sparsity, width, backup_rows, case", [
@@ -323,9 +341,9 @@ class StandInKernels:
 ])
 def test_step_on_the_cpu_with_stand_in_kernels(monkeypatch, dtype, sparsity, width, backup_rows, case):
     """Everything of SparseReLUFFN but the kernels: the gate and its growth, the report, the
-    autograd function and hybrid_weight_grads reading the compact values among poisoned slots."""
+    autograd function passing the compact values among poisoned slots to the weight gradients."""
     kernels = StandInKernels(seed=1)
-    for name in ("hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx"):
+    for name in STAND_INS:
         monkeypatch.setattr(sparsejit.ops.EAGER, name, getattr(kernels, name))
     m = sparsejit.nn.SparseReLUFFN(64, 96, ell_width=width, backup_rows=backup_rows, sparsity=sparsity, dtype=dtype)
     check_step(m, 30, sparsity, seed=2, lead=(3, 10))
@@ -339,9 +357,9 @@ def test_step_on_the_cpu_with_stand_in_kernels(monkeypatch, dtype, sparsity, wid
     assert kernels.gates == 2 + grew
 
 
-def test_weight_gradients_that_are_not_wanted_are_not_computed(monkeypatch):
+def test_weight_gradients_that_are_not_wanted_are_not_returned(monkeypatch):
     kernels = StandInKernels(seed=3)
-    for name in ("hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx"):
+    for name in STAND_INS:
         monkeypatch.setattr(sparsejit.ops.EAGER, name, getattr(kernels, name))
     m = sparsejit.nn.SparseReLUFFN(64, 96, ell_width=8, backup_rows=30, sparsity=0.9, dtype=BF16)
     m.wu_t.requires_grad_(False)
@@ -389,3 +407,7 @@ def test_eager_bodies_give_the_hybrid_ops_results():
     dx = ops.hybrid_ffn_dx(dy, h, fwd[1], fwd[2], wg, wu, wd, 0.9, torch.float32)[0]
     assert torch.equal(dx, eager.hybrid_ffn_dx(dy, h, fwd[1], fwd[2], wg, wu, wd, 0.9, torch.float32)[0])
     assert dx.dtype == torch.float32 and dx.isfinite().all()
+    pairs = ops.hybrid_ffn_dx(dy, h, fwd[1], fwd[2], wg, wu, wd, 0.9, None)[1:]
+    for a, b in zip(ops.hybrid_ffn_dw(x, dy, h, fwd[1], fwd[2], *pairs, 0.9, None),
+                    eager.hybrid_ffn_dw(x, dy, h, fwd[1], fwd[2], *pairs, 0.9, None)):
+        assert torch.equal(a, b) and a.isfinite().all()  # deterministic: the sums run in token order

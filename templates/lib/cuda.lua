@@ -143,23 +143,54 @@ end
 -- The sm_90a helpers (wgmma synchronisation and descriptors, mbarriers, TMA, setmaxnreg).
 function cuda.hopper() return hopper end
 
+-- The "{%0,...}" list and the "+f" constraints of a 64 x BN fp32 accumulator d[BN/8][4]: one
+-- register per thread for every 2 columns (the wgmma D fragment).
+local function accumulator_operands(BN)
+  local regs, cons = {}, {}
+  for i = 0, BN // 2 - 1 do
+    regs[#regs + 1] = "%" .. i
+    cons[#cons + 1] = string.format('"+f"(d[%d][%d])', i // 4, i % 4)
+  end
+  return table.concat(regs, ","), table.concat(cons, ", ")
+end
+
 -- The wgmma instruction of one warpgroup, both operands K-major in shared memory (128-byte
 -- swizzle descriptors): D(64 x BN, fp32) += A(desc) . B(desc), accumulating unless acc is 0.
 -- dt: cuda.dtype of the inputs. Used by the gates (twell_gate.lua, hybrid_gate.lua) and vnm_dw.lua.
 function cuda.wgmma(dt, BN)
   local n = BN // 2
-  local regs, cons = {}, {}
-  for i = 0, n - 1 do
-    regs[#regs + 1] = "%" .. i
-    cons[#cons + 1] = string.format('"+f"(d[%d][%d])', i // 4, i % 4)
-  end
+  local regs, cons = accumulator_operands(BN)
   return string.format([[
 __device__ __forceinline__ void sj_wgmma_n%d(float d[%d][4], unsigned long long da, unsigned long long db, int acc) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %%%d, 0;\n"
     "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\n}\n"
     : %s
     : "l"(da), "l"(db), "r"(acc)); }
-]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, table.concat(regs, ","), n, n + 1, table.concat(cons, ", "))
+]], BN, BN // 8, n + 2, BN, dt.ptx, dt.ptx, regs, n, n + 1, cons)
+end
+
+-- The sparse wgmma of one warpgroup (PTX ISA 9.7.15.6, sm_90a): D(64 x BN, fp32) += A . B with
+-- A (64 x 32, 2:4 inside, compressed 64 x 16) from registers, four per thread in the fragment
+-- order of mma.sp m16n8k32 (warp w%4 of the warpgroup supplies rows 16w..16w+15), e the
+-- metadata word and SEL the sparsity selector (0: lanes t = 0, 1 of a quad supply it, 1: t = 2,
+-- 3), and B (32 x BN) N-major in shared memory (imm-trans-b = 1): row-major k x n as 64-column
+-- panels of 128-byte rows under the 128-byte swizzle, described by sj_desc_sw128_mn. Accumulates
+-- unless acc is 0. dt: cuda.dtype of the inputs. Used by lib/vnm_spmm_wgmma.lua.
+function cuda.wgmma_sp(dt, BN)
+  local n = BN // 2
+  local regs, cons = accumulator_operands(BN)
+  return string.format([[
+/* N-major operand under the 128-byte swizzle: 8-row (k) atoms of 128-byte rows 1024 bytes apart
+   (the stride byte offset), 64-column panels panel_bytes apart (the leading byte offset). */
+__device__ __forceinline__ unsigned long long sj_desc_sw128_mn(sj_u32 addr, sj_u32 panel_bytes) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(panel_bytes >> 4) << 16) | (64ull << 32) | (1ull << 62); }
+template <int SEL>
+__device__ __forceinline__ void sj_wgmma_sp_n%d(float d[%d][4], const sj_u32 a[4], unsigned long long db, sj_u32 e, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %%%d, 0;\n"
+    "wgmma.mma_async.sp.sync.aligned.m64n%dk32.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, %%%d, %%%d, p, 1, 1, 1;\n}\n"
+    : %s
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(e), "n"(SEL), "r"(acc)); }
+]], BN, BN // 8, n + 7, BN, dt.ptx, dt.ptx, regs, n, n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, cons)
 end
 
 return cuda

@@ -31,13 +31,8 @@ local MAX_VPT = 8   -- 16-byte pieces per thread: 2 x 8 x VPT fp32 registers for
 function R.vpt(problem, cfg) return tw.cdiv(problem.N, 8 * cfg.THREADS) end
 
 function R.valid(problem, cfg, op)
-  local ok, why = tw.check_ints(R.PARAMS, cfg)
+  local ok, why = tw.check_hybrid(problem, op, R.PARAMS, cfg, "DFF")
   if not ok then return false, why end
-  ok, why = tw.check_problem(problem, op)
-  if not ok then return false, why end
-  if problem.T ~= problem.DFF then
-    return false, string.format("T=%d must equal DFF=%d (a hybrid row is one tile)", problem.T, problem.DFF)
-  end
   if problem.N ~= problem.K then
     return false, string.format("N=%d and K=%d must both be d_model", problem.N, problem.K)
   end

@@ -43,6 +43,19 @@ function M.check_problem(problem, op)
   return true
 end
 
+-- The checks every hybrid template starts with: its config's integers, the TwELL problem of op,
+-- and a hybrid row as one tile (T equal to the problem field named cols: "N" or "DFF").
+function M.check_hybrid(problem, op, params, cfg, cols)
+  local ok, why = M.check_ints(params, cfg)
+  if not ok then return false, why end
+  ok, why = M.check_problem(problem, op)
+  if not ok then return false, why end
+  if problem.T ~= problem[cols] then
+    return false, string.format("T=%d must equal %s=%d (a hybrid row is one tile)", problem.T, cols, problem[cols])
+  end
+  return true
+end
+
 -- CUDA helpers of the format: an entry is (local column << 16) | value bits; +0 and -0 are zeros.
 M.format_c = [[
 __device__ __forceinline__ unsigned sj_twell_entry(int col, unsigned short bits) {

@@ -278,52 +278,9 @@ class TwELLFFN(nn.Module):
         return y.reshape(*lead, self.d_model)
 
 
-def hybrid_weight_grads(x: torch.Tensor, dy: torch.Tensor, h, u_values: torch.Tensor, u_backup: torch.Tensor,
-                        dg_values: torch.Tensor, dg_backup: torch.Tensor, du_values: torch.Tensor,
-                        du_backup: torch.Tensor, want: tuple[bool, bool, bool] = (True, True, True)
-                        ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """The three weight gradients of the ReLU FFN from the compact per-pair values of
-    hybrid_ffn_fwd / hybrid_ffn_dx over H's active pairs (t, j): dWgT[j] = sum_t dg X[t],
-    dWuT[j] = sum_t du X[t], dWd[j] = sum_t a u dY[t] (d_ff x d_model each, fp32; None where
-    ``want`` says so). x, dy: tokens x d_model; h: hybrid_gate's arrays, complete (no unplaced row).
-
-    A dense pass, to be replaced by sparse kernels (docs/training.md): each gradient scatters its
-    per-pair values into a dense tokens x d_ff fp32 temporary (zeros off the active pairs; one at
-    a time) and runs one torch.mm with x or dy, so it costs a dense weight gradient's time and a
-    tokens x d_ff fp32 buffer. Exact up to fp32 accumulation (the mm follows
-    torch.get_float32_matmul_precision, "highest" by default): only the active pairs carry values;
-    the arrays' unwritten slots (past a row's count, backup positions H holds no value at, backup
-    rows past the counter) are never read as values, whatever they hold."""
-    values, columns, nnz, _, owner, backup, counter = h
-    tokens, width = values.shape
-    rows, d_ff = backup.shape
-    dev = x.device
-    live = torch.arange(width, device=dev) < nnz[:, None]  # the ELL slots holding a pair
-    col = columns.to(torch.int64) & 0xFFFF  # int16 storage of the uint16 column
-    flat = torch.where(live, torch.arange(tokens, device=dev)[:, None] * d_ff + col, 0).reshape(-1)
-    held = backup != 0  # an overflow row's other pairs; rows past the counter are zero
-    owner_ = torch.where(torch.arange(rows, device=dev) < counter, owner, 0).to(torch.int64)
-
-    def dense(ell: torch.Tensor, bk: torch.Tensor) -> torch.Tensor:
-        """The tokens x d_ff fp32 matrix of per-pair values ell (ELL slots) and bk (backup rows)."""
-        d = torch.zeros(tokens * d_ff, dtype=torch.float32, device=dev)
-        d.index_put_((flat,), torch.where(live, ell, 0).reshape(-1), accumulate=True)  # off pairs add 0 at 0
-        return d.view(tokens, d_ff).index_add_(0, owner_, torch.where(held, bk, 0))
-
-    xf = x.float()
-    want_g, want_u, want_d = want
-    dwg = dense(dg_values, dg_backup).t() @ xf if want_g else None
-    dwu = dense(du_values, du_backup).t() @ xf if want_u else None
-    dwd = None
-    if want_d:
-        h_ell, h_bk = values.float() * u_values.float(), backup.float() * u_backup.float()
-        dwd = dense(h_ell, h_bk).t() @ dy.float()
-    return dwg, dwu, dwd
-
-
 class _SparseReLUFFNFn(torch.autograd.Function):
     """y = Wd . (a (.) (Wu . x)) from the hybrid activations a (hybrid_gate's arrays, an input
-    without gradient); forward hybrid_ffn_fwd, backward hybrid_ffn_dx then hybrid_weight_grads.
+    without gradient); forward hybrid_ffn_fwd, backward hybrid_ffn_dx then hybrid_ffn_dw.
     Saves x, the weights' references, H and u: no dense tokens x d_ff tensor."""
 
     @staticmethod
@@ -337,9 +294,15 @@ class _SparseReLUFFNFn(torch.autograd.Function):
     def backward(ctx, gy):
         x2, wg_t, wu_t, wd, u_values, u_backup, *h = ctx.saved_tensors
         dy = gy.to(x2.dtype).contiguous()
-        dx, *pairs = sops.ops_for(dy, x2).hybrid_ffn_dx(dy, h, u_values, u_backup, wg_t, wu_t, wd, ctx.sparsity, None)
-        grads = hybrid_weight_grads(x2, dy, h, u_values, u_backup, *pairs, want=ctx.needs_input_grad[1:4])
-        return (dx if ctx.needs_input_grad[0] else None, *(None if g is None else g.to(x2.dtype) for g in grads),
+        ops = sops.ops_for(dy, x2)
+        dx, dg_values, dg_backup, du_values, du_backup = ops.hybrid_ffn_dx(dy, h, u_values, u_backup, wg_t, wu_t, wd,
+                                                                           ctx.sparsity, None)
+        want = ctx.needs_input_grad[1:4]
+        grads = (None, None, None)
+        if any(want):  # one kernel gives all three: a frozen weight's gradient is dropped, not skipped
+            grads = ops.hybrid_ffn_dw(x2, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup,
+                                      ctx.sparsity, None)
+        return (dx if ctx.needs_input_grad[0] else None, *(g if w else None for g, w in zip(grads, want)),
                 None, *(None for _ in h))
 
 
@@ -360,8 +323,8 @@ class SparseReLUFFN(nn.Module):
     forward computes u only at the active pairs and y from them (``hybrid_ffn_fwd``), and the
     backward gets dh, dg, du at the active pairs and dx (``hybrid_ffn_dx``); what is kept for the
     backward is x, H and u, no dense tokens x d_ff tensor. The three weight gradients come from
-    those compact per-pair values through ``hybrid_weight_grads``, a dense torch pass (a tokens x
-    d_ff fp32 temporary and a torch.mm each) to be replaced by sparse kernels.
+    those compact per-pair values through ``hybrid_ffn_dw``, sparse products over the active pairs
+    only (per unit, its tokens' rows of x and dy; no dense pass).
 
     The backup: ``backup_rows`` is its capacity (clamped to the tokens of a call). After the gate
     the module reads back how many rows overflowed - a synchronisation, so a forward is not

@@ -1,7 +1,7 @@
 """The PyTorch ops: torch.library custom ops ``torch.ops.sparsejit.{vnm_compress, vnm_spmm,
-vnm_spmm_lowrank, vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn, hybrid_gate, hybrid_ffn_fwd,
-hybrid_ffn_dx}`` with fake (meta) implementations, so torch.compile traces them without a
-GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
+vnm_spmm_lowrank, vnm_dw, vnm_dx_exact, vnm_double_prune, gmp_prune, twell_gate, twell_ffn, hybrid_gate,
+hybrid_ffn_fwd, hybrid_ffn_dx, hybrid_ffn_dw}`` with fake (meta) implementations, so torch.compile
+traces them without a GPU and CUDA graphs capture them. Each runs on its tensors' device and torch's current stream,
 with outputs and workspaces from torch's caching allocator; none allocates behind torch's back
 or waits for the device (the first call of a shape loads its kernel: make it before capture).
 One sparsejit context per device, on the primary context torch uses. Needs torch.
@@ -39,6 +39,7 @@ _VNM_SPMM_LOWRANK = lib.sj_vnm_spmm_lowrank
 _VNM_DX_EXACT, _VNM_DOUBLE_PRUNE, _GMP_PRUNE = lib.sj_vnm_dx_exact, lib.sj_vnm_double_prune, lib.sj_gmp_prune
 _TWELL_GATE, _TWELL_FFN = lib.sj_twell_gate, lib.sj_twell_ffn_ws
 _HYBRID_GATE, _HYBRID_FFN_FWD, _HYBRID_FFN_DX = lib.sj_hybrid_gate, lib.sj_hybrid_ffn_fwd, lib.sj_hybrid_ffn_dx
+_HYBRID_FFN_DW = lib.sj_hybrid_ffn_dw
 # The current stream's cudaStream_t as an int (what torch.compile's generated code calls):
 # torch.cuda.current_stream builds a Stream object per call, several us.
 # Absent from CPU-only builds of torch, which have no CUDA tensors for an op to launch on.
@@ -553,7 +554,7 @@ def _(x, entries, counts, spill, wu_t, wd, tile, capacity, sparsity, out_dtype=N
 
 #: The arrays of a hybrid matrix in sj_hybrid_device's order.
 HYBRID_ARRAYS = ("values", "columns", "nnz", "slot", "owner", "backup", "counter")
-_OP_HYBRID_FFN_FWD, _OP_HYBRID_FFN_DX = 10, 11  # sj_op (include/sparsejit.h)
+_OP_HYBRID_FFN_FWD, _OP_HYBRID_FFN_DX, _OP_HYBRID_FFN_DW = 10, 11, 12  # sj_op (include/sparsejit.h)
 
 
 def hybrid_shapes(tokens: int, d_ff: int, width: int, backup_rows: int,
@@ -592,7 +593,7 @@ def _hybrid_gate_plan(tokens: int, d_ff: int, width: int, backup_rows: int, dtyp
 @functools.lru_cache(maxsize=_PLANS)
 def _hybrid_ffn_plan(op: int, tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype,
                      d_model: int, out_dtype: torch.dtype, sparsity: float) -> tuple[HybridLayout, Problem]:
-    """The layout and the problem of hybrid-ffn-fwd or hybrid-ffn-dx (op, an sj_op)."""
+    """The layout and the problem of hybrid-ffn-fwd, hybrid-ffn-dx or hybrid-ffn-dw (op, an sj_op)."""
     _name(out_dtype, "hybrid_ffn: out_dtype", _ALL)
     lay = _hybrid_layout(tokens, d_ff, width, backup_rows, dtype)
     p = Problem()
@@ -742,7 +743,7 @@ def _hybrid_ffn_dx(dy: torch.Tensor, h: list[torch.Tensor], u_values: torch.Tens
     dg_backup, du_backup backup_rows x d_ff; at the pairs' positions only), and
     dx = sum_j dg WgT[j] + du WuT[j] (tokens x d_model, out_dtype, default dy's). Returns
     (dx, dg_values, dg_backup, du_values, du_backup); the weight gradients are sums of these
-    compact values times rows of x and dy (sparsejit.nn.hybrid_weight_grads)."""
+    compact values times rows of x and dy (hybrid_ffn_dw)."""
     for t, what in ((dy, "dy"), (u_values, "u_values"), (u_backup, "u_backup"), (wg_t, "wg_t"), (wu_t, "wu_t"),
                     (wd, "wd")):
         _check(t, f"hybrid_ffn_dx: {what}", 2)
@@ -774,14 +775,76 @@ def _(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype=None):
             dy.new_empty(bk, dtype=f32), dy.new_empty(ell, dtype=f32), dy.new_empty(bk, dtype=f32))
 
 
+
+@functools.lru_cache(maxsize=_PLANS)
+def _hybrid_dw_workspace(tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype) -> int:
+    """Bytes of sj_hybrid_ffn_dw's workspace for H's layout (the transpose of its pairs)."""
+    n = ctypes.c_size_t()
+    call("sj_hybrid_ffn_dw_workspace", _byref(_hybrid_layout(tokens, d_ff, width, backup_rows, dtype)), _byref(n))
+    return n.value
+
+
+def _dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
+               out_dtype) -> tuple[HybridLayout, Problem]:
+    """The plan of a hybrid_ffn_dw call after checking its operands (the fake's checks too)."""
+    _name(x.dtype, "hybrid_ffn_dw: x")
+    if x.dim() != 2 or dy.shape != x.shape or dy.dtype != x.dtype:
+        raise ValueError(f"hybrid_ffn_dw: x {tuple(x.shape)} {x.dtype} and dy {tuple(dy.shape)} {dy.dtype}: expected "
+                         "both tokens x d_model of one dtype")
+    (tokens, d_model), d_ff = x.shape, h[5].shape[1] if h[5].dim() == 2 else 0
+    width, backup_rows = _hybrid_arrays(h, tokens, d_ff, x.dtype, "hybrid_ffn_dw")
+    _pairs_fit("hybrid_ffn_dw", width, backup_rows, d_ff, tokens, x.dtype, u_values=u_values, u_backup=u_backup)
+    _pairs_fit("hybrid_ffn_dw", width, backup_rows, d_ff, tokens, torch.float32, dg_values=dg_values,
+               dg_backup=dg_backup, du_values=du_values, du_backup=du_backup)
+    return _hybrid_ffn_plan(_OP_HYBRID_FFN_DW, tokens, d_ff, width, backup_rows, x.dtype, d_model,
+                            out_dtype or x.dtype, sparsity)
+
+
+def _hybrid_ffn_dw(x: torch.Tensor, dy: torch.Tensor, h: list[torch.Tensor], u_values: torch.Tensor,
+                   u_backup: torch.Tensor, dg_values: torch.Tensor, dg_backup: torch.Tensor, du_values: torch.Tensor,
+                   du_backup: torch.Tensor, sparsity: float,
+                   out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The three weight gradients from the compact per-pair values (sj_hybrid_ffn_dw): over H's
+    active pairs (t, j) only, dWgT[j] = sum_t dg x[t], dWuT[j] = sum_t du x[t], dWd[j] = sum_t a u
+    dy[t] (d_ff x d_model each, out_dtype, default x's), fp32 sums in token order (deterministic).
+    x, dy tokens x d_model; h hybrid_gate's arrays; u_* hybrid_ffn_fwd's, dg_*, du_* hybrid_ffn_dx's.
+    The transpose of H's pairs goes into a workspace from torch's caching allocator
+    (sj_hybrid_ffn_dw_workspace bytes, freed when the call returns: stream-ordered). An incomplete
+    H (counter > backup_rows) gives NaN gradients. Returns (dwg_t, dwu_t, dwd)."""
+    pairs = (u_values, u_backup, dg_values, dg_backup, du_values, du_backup)
+    for t, what in ((x, "x"), (dy, "dy")) + tuple(zip(pairs, ("u_values", "u_backup", "dg_values", "dg_backup",
+                                                            "du_values", "du_backup"))):
+        _check(t, f"hybrid_ffn_dw: {what}", 2)
+    lay, p = _dw_checks(x, dy, h, *pairs, sparsity, out_dtype)
+    for name, t in zip(HYBRID_ARRAYS, h):
+        _check(t, f"hybrid_ffn_dw: h.{name}", t.dim())
+    grads = tuple(torch.empty(lay.cols, x.shape[1], dtype=out_dtype or x.dtype, device=x.device) for _ in range(3))
+    work_bytes = _hybrid_dw_workspace(x.shape[0], lay.cols, lay.width, lay.backup_rows, x.dtype)
+    work = torch.empty(work_bytes, dtype=torch.uint8, device=x.device)
+    handle, stream = _ctx_stream(x)
+    check(_HYBRID_FFN_DW(handle, _byref(p), x.data_ptr(), dy.data_ptr(), _byref(_hybrid_device(lay, h)),
+                         *(t.data_ptr() for t in pairs), *(g.data_ptr() for g in grads), work.data_ptr(), work_bytes,
+                         stream), "sj_hybrid_ffn_dw")
+    return grads
+
+
+hybrid_ffn_dw = torch.library.custom_op("sparsejit::hybrid_ffn_dw", _hybrid_ffn_dw, mutates_args=())
+
+
+@hybrid_ffn_dw.register_fake
+def _(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity, out_dtype=None):
+    lay, _ = _dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity, out_dtype)
+    return tuple(x.new_empty(lay.cols, x.shape[1], dtype=out_dtype or x.dtype) for _ in range(3))
+
+
 # ---------------------------------------------------------------- eager calls without the dispatcher
 
 #: The ops' Python bodies under the torch.ops names: the same checks, allocations and launch as
 #: torch.ops.sparsejit.<name>, without the custom-op dispatch around them (tens of us of host
 #: time per call; bench/torch_vnm_bench.py's launch cost measures both).
 EAGER = SimpleNamespace(**{n: globals()["_" + n] for n in (
-    "vnm_compress", "vnm_spmm", "vnm_spmm_lowrank", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune", "twell_gate", "twell_ffn",
-    "hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx")})
+    "vnm_compress", "vnm_spmm", "vnm_spmm_lowrank", "vnm_dw", "vnm_dx_exact", "vnm_double_prune", "gmp_prune",
+    "twell_gate", "twell_ffn", "hybrid_gate", "hybrid_ffn_fwd", "hybrid_ffn_dx", "hybrid_ffn_dw")})
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
