@@ -112,8 +112,8 @@ static sj_status first_launch(target *t, const sj_problem *p, bench_result *out)
     return SJ_OK;
 }
 
-/* The rounds: the benchmark, its parts alone (if it times them), then its baseline (until it
- * fails), each timed with the same budgets. */
+/* The rounds: the benchmark, its parts alone (if it times them), then its baseline and its
+ * baseline's parts alone (until one fails), each timed with the same budgets. */
 static sj_status timed_rounds(target *t, const sj_problem *p, const bench_options *o, bench_result *out)
 {
     measure_session ms;
