@@ -8,7 +8,8 @@
 # --quick: the largest V:N:M shape only, fewer TwELL cases, 3 tuner seeds; --lean (one device
 # call, ~7 min on an H200 before the 4 training-step rows were added; not re-timed): also only the test programs that use the GPU, f16 V:N:M with V=128,
 # the training step at 11008x4096 f16 2:8 and 2:16 only, 99%/99.9% TwELL at 8192 tokens (and
-# 2048 at 99%), no FFN algorithm comparison and no tuner comparison (bench/tune_compare.sh).
+# 2048 at 99%), the hybrid FFN's dw and training step at 4096/11008 and 99% only, no FFN algorithm
+# comparison and no tuner comparison (bench/tune_compare.sh).
 # bench.log has every bench row's wall time, and the training step's parts timed alone.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -137,12 +138,17 @@ for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
   done
 done; done
 # The hybrid FFN's three weight gradients alone (the transpose and the gather kernel, timed
-# together) against the three dense weight-gradient GEMMs, 8192 tokens, bf16; bench/NOTES.md has
-# the roofline these rows check. --lean: (4096, 11008) at 99% only.
+# together) against the three dense weight-gradient GEMMs, and the whole training step of the
+# block (ffn-train: gate, fwd, dx, dw) against the dense step (9 cuBLAS GEMMs + 3 element-wise),
+# 8192 tokens, bf16, W = 128; bench/NOTES.md has the roofline the dw rows check. ffn-train's parts
+# and the dense forward and backward timed alone, and the activations each step keeps, go to
+# bench.log. --lean: (4096, 11008) at 99% only.
 for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for skew in 0 1; do
   set -- $dims
   [ $lean -eq 1 ] && { [ "$1" != 4096 ] || [ "$sp" != 0.99 ]; } && continue
-  bench --op hybrid-ffn-dw --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
+  for b in hybrid-ffn-dw ffn-train; do
+    bench --op $b --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
+  done
 done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
@@ -198,6 +204,7 @@ echo
 echo "== tests"; cat "$summary"
 echo "== tuning"; cat "$out/tune.txt"
 echo "== training step: parts timed alone (median us)"; grep "parts, each alone" "$out/bench.log"
+echo "== training step: activations kept for the backward"; grep "activations: " "$out/bench.log"
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
 cat "$out/RESULTS.fragment.md"
 rm -rf "$work"

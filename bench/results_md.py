@@ -23,16 +23,32 @@ OPS = [
                   "vs cuBLAS's three GEMMs of the dense step"),
     ("vnm-train-exact", "vnm-train-exact: the same step with the exact dX (W^T rewritten each step, dense gemm) "
                         "vs cuBLAS's three GEMMs of the dense step"),
+    ("hybrid-ffn-dw", "hybrid-ffn-dw: the hybrid FFN's three weight gradients (transpose + gather kernel) "
+                      "vs cuBLAS's three weight-gradient GEMMs"),
+    ("ffn-train", "ffn-train: one training step of the ReLU FFN block over hybrid activations (gate, fwd, dx, dw; "
+                  "tokens x d_model x d_model) vs the dense step's 9 cuBLAS GEMMs + 3 element-wise products"),
 ]
 
 
-def row_text(r):
+def saved(r):
+    """The activations a training step's row keeps for its backward, in bytes (sparse, dense), or None:
+    a row that is not a training step's, or from a CSV before the saved_bytes columns."""
+    if float(r.get("saved_bytes") or -1) < 0:
+        return None
+    return float(r["saved_bytes"]), float(r["dense_saved_bytes"])
+
+
+def row_text(r, with_saved):
     f = lambda k: float(r[k])
     check = "%.1e" % f("check_rel_err") if f("check_rel_err") >= 0 else "-"
     shape = "%sx%sx%s" % (r["m"], r["n"], r["k"])
-    return "| %s | %s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | **%.2fx** | %s |" % (
+    text = "| %s | %s | %s | `%s` (%s) | %.1f (%.1f-%.1f) | %.0f | %.1f | **%.2fx** | %s |" % (
         r["dtype"], shape, r["sparsity"] or "dense", r["config"], r["origin"], f("median_us"), f("p20_us"),
         f("p80_us"), f("tflops"), f("cublas_us"), f("speedup"), check)
+    if with_saved:
+        b = saved(r)
+        text += " %.1f / %.1f (%.0fx) |" % (b[0] / 1e6, b[1] / 1e6, b[1] / b[0]) if b else " - |"
+    return text
 
 
 def main():
@@ -56,9 +72,11 @@ def main():
         out.append("%s, %s, commit %s; `sparsejit bench`, speedup = cuBLAS time / sparsejit time in the same "
                    "process, interleaved; median (p20-p80) of runs with L2 flushed." % (a.gpu, a.date, a.commit))
         out.append("")
-        out.append("| dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup | checked (rel err) |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
-        out.extend(row_text(r) for r in by_op[op])
+        with_saved = any(saved(r) for r in by_op[op])
+        out.append("| dtype | M x N x K | sparsity | config (origin) | sparsejit us (p20-p80) | TFLOP/s | cuBLAS us | speedup "
+                   "| checked (rel err) |" + (" saved for the backward, MB: sparse / dense |" if with_saved else ""))
+        out.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if with_saved else ""))
+        out.extend(row_text(r, with_saved) for r in by_op[op])
         out.append("")
     print("\n".join(out).rstrip())
 

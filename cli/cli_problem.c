@@ -13,19 +13,23 @@ static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
     "                     vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens, i.e.\n"
     "                     out x in x T of the layer Y = W . X; vnm-compress, vnm-transpose:\n"
-    "                     rows x 1 x cols; twell-gate: tokens x d_ff x d_model; twell-ffn and\n"
-    "                     twell-ffn-block: tokens x d_model x d_model)\n"
+    "                     rows x 1 x cols; twell-gate, hybrid-gate: tokens x d_ff x d_model;\n"
+    "                     twell-ffn, twell-ffn-block, hybrid-ffn-*, ffn-train: tokens x d_model x\n"
+    "                     d_model)\n"
     "  --dtype T          input dtype: f16 | bf16 (default f16)\n"
     "  --out T            output dtype: f16 | bf16 | f32 (default: the input dtype)\n"
     "  --vnm V:N:M        V:N:M sparsity for the vnm-* ops (default 64:2:8)\n"
-    "  --twell T:C        TwELL tile width and capacity (default 128:16)\n"
+    "  --twell T:C        TwELL tile width and capacity (default 128:16); hybrid-* and ffn-train:\n"
+    "                     d_ff:W, W the ELL width (default d_ff:128)\n"
     "  --d-ff N           FFN inner size for twell-ffn and the hybrid FFN ops (twell-gate and\n"
     "                     hybrid-gate take it as the shape's N)\n"
-    "  --sparsity S       twell-*: the activations' expected fraction of zeros, in (0, 1) (default\n"
-    "                     0.99); tune and bench generate inputs at it and the cache key carries it\n"
-    "  --skew A           twell-*: how unevenly the d_ff units fire in those inputs: 0 (default)\n"
-    "                     every unit alike; A > 0: the unit of rank r fires at a rate ~ r^-A (max\n"
-    "                     0.5, mean 1 - S), so tokens share busy units; 0..4, cache key carries it\n"
+    "  --sparsity S       twell-*, hybrid-*, ffn-train: the activations' expected fraction of zeros,\n"
+    "                     in (0, 1) (default 0.99); tune and bench generate inputs at it and the\n"
+    "                     cache key carries it\n"
+    "  --skew A           twell-*, hybrid-*, ffn-train: how unevenly the d_ff units fire in those\n"
+    "                     inputs: 0 (default) every unit alike; A > 0: the unit of rank r fires at a\n"
+    "                     rate ~ r^-A (max 0.5, mean 1 - S), so tokens share busy units; 0..4, cache\n"
+    "                     key carries it\n"
     "  --rank R           vnm-spmm: add a low-rank term U . Z of rank R (SLoPe's adapters) in the\n"
     "                     same kernel: C = A . B + U . Z, U rows x R, Z R x N; R a multiple of 8 in\n"
     "                     8..128 (default 0: none); the cache key carries it\n"
@@ -42,7 +46,7 @@ static const op_bench *bench;
 
 const char *cli_problem_help(cli_ops ops)
 {
-    static char text[2048];
+    static char text[4096];
     int n = snprintf(text, sizeof text, "  --op OP            %s %s (default gemm)\n", ops == CLI_OPS_ALL ? "one of" : "an op:",
                      ops == CLI_OPS_ALL ? op_names() : op_tunable_names());
     if (ops == CLI_OPS_BENCH)

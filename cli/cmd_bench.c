@@ -23,7 +23,7 @@ static void help(void)
            "benchmark of several kernels, and the dense work it replaces, interleaved over rounds; prints\n"
            "time, TFLOP/s of useful work (the tuner's count) and the speedup over the dense baseline.\n\n%s"
            "  --config C         force a tuning config (e.g. BM=128,BN=128); for a benchmark, of its\n"
-           "                     problem's op (twell-ffn-block: the FFN's; vnm-train*: dW's)\n"
+           "                     problem's op (twell-ffn-block: the FFN's; vnm-train*, ffn-train: dW's)\n"
            "  --rounds N         interleaved rounds of op and baseline timing, 1..100 (default 5)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
            "  --no-cublas        skip the baseline\n" CLI_DEVICE_HELP
@@ -36,15 +36,27 @@ static void help(void)
     for (int i = 0; i < op_bench_count(); i++) printf("  %-16s %s\n", op_bench_at(i)->name, op_bench_at(i)->summary);
 }
 
-/* "forward 12.30 us, dx 45.60 us, dw 78.90 us": a benchmark's parts, each timed alone. */
-static void print_parts(FILE *f, const bench_result *r)
+/* "forward 12.30 us, dx 45.60 us, dw 78.90 us": a benchmark's parts, each timed alone, and with
+ * dense (a baseline timed by parts too) "; dense forward 20.00 us, backward 40.00 us". */
+static void print_parts(FILE *f, const bench_result *r, int dense)
 {
     for (int i = 0; i < r->n_parts; i++) fprintf(f, "%s%s %.2f us", i ? ", " : "", r->part_names[i], r->part_us[i]);
+    for (int i = 0; dense && i < r->n_dense_parts; i++)
+        fprintf(f, "%s%s %.2f us", i ? ", " : "; dense ", r->dense_part_names[i], r->dense_part_us[i]);
+}
+
+/* "6.4 MB saved for the backward vs 541.1 MB dense (85.1x less)": a training step's activations. */
+static void print_saved(FILE *f, const bench_result *r)
+{
+    fprintf(f, "%.1f MB saved for the backward vs %.1f MB dense (%.1fx less)", r->saved_bytes / 1e6,
+            r->dense_saved_bytes / 1e6, (double)r->dense_saved_bytes / (double)r->saved_bytes);
 }
 
 /* The row: a table for people, or one CSV line or JSON object. A benchmark's parts timed alone
- * go into the JSON object ("parts_us"), the table, or with CSV a line on stderr (the CSV's
- * columns stay those of every row). */
+ * (and its baseline's) go into the JSON object ("parts_us", "dense_parts_us"), the table, or with
+ * CSV a line on stderr (the CSV's columns stay those of every row); a training step's saved
+ * activations into the JSON object, the table and the CSV's saved_bytes and dense_saved_bytes
+ * columns (-1 for a row that is not a training step's). */
 static void print_row(sj_context *ctx, const char *name, const sj_problem *p, const op_bench *b, const bench_options *bo,
                       const bench_result *r, int csv, int csv_header, int json)
 {
@@ -86,18 +98,33 @@ static void print_row(sj_context *ctx, const char *name, const sj_problem *p, co
             for (int i = 0; i < r->n_parts; i++) json_kv_number(stdout, i == 0, r->part_names[i], r->part_us[i], 9);
             fputc('}', stdout);
         }
+        if (r->n_dense_parts && bo->cublas) {
+            fputs(",\"dense_parts_us\":{", stdout);
+            for (int i = 0; i < r->n_dense_parts; i++)
+                json_kv_number(stdout, i == 0, r->dense_part_names[i], r->dense_part_us[i], 9);
+            fputc('}', stdout);
+        }
+        if (r->saved_bytes >= 0) {
+            json_kv_int(stdout, 0, "saved_bytes", (long long)r->saved_bytes);
+            json_kv_int(stdout, 0, "dense_saved_bytes", (long long)r->dense_saved_bytes);
+        }
         fputs("}\n", stdout);
     } else if (csv) {
         if (csv_header)
             printf("gpu,op,dtype,out_dtype,m,n,k,sparsity,config,origin,first_call_ms,source,median_us,p20_us,p80_us,tflops,"
-                   "cublas_us,cublas_tflops,speedup,check_rel_err\n");
-        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f,%.3g\n", d.name, name,
-               sj_dtype_name(p->dtype), sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n, (long long)p->k, sp,
-               k->config, origin, r->first_ms, source, k->median_us, k->p20_us, k->p80_us, k->tflops, cb_us, cb_tf, speedup,
-               k->rel_error);
+                   "cublas_us,cublas_tflops,speedup,saved_bytes,dense_saved_bytes,check_rel_err\n");
+        printf("%s,%s,%s,%s,%lld,%lld,%lld,%s,\"%s\",%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.3f,%.2f,%.3f,%lld,%lld,%.3g\n", d.name,
+               name, sj_dtype_name(p->dtype), sj_dtype_name(p->out_dtype), (long long)p->m, (long long)p->n, (long long)p->k,
+               sp, k->config, origin, r->first_ms, source, k->median_us, k->p20_us, k->p80_us, k->tflops, cb_us, cb_tf,
+               speedup, (long long)r->saved_bytes, (long long)r->dense_saved_bytes, k->rel_error);
         if (r->n_parts) {
             fprintf(stderr, "sparsejit bench: %s %s parts, each alone: ", name, described);
-            print_parts(stderr, r);
+            print_parts(stderr, r, bo->cublas);
+            fputc('\n', stderr);
+        }
+        if (r->saved_bytes >= 0) {
+            fprintf(stderr, "sparsejit bench: %s %s activations: ", name, described);
+            print_saved(stderr, r);
             fputc('\n', stderr);
         }
     } else {
@@ -110,8 +137,13 @@ static void print_row(sj_context *ctx, const char *name, const sj_problem *p, co
                k->p20_us, k->p80_us, bo->rounds, k->tflops);
         if (r->n_parts) {
             fputs("  parts    ", stdout);
-            print_parts(stdout, r);
+            print_parts(stdout, r, bo->cublas);
             puts(" (each alone, medians)");
+        }
+        if (r->saved_bytes >= 0) {
+            fputs("  memory   ", stdout);
+            print_saved(stdout, r);
+            puts(" (activations kept for the backward, X aside)");
         }
         if (bo->cublas) {
             int gemms = 0;

@@ -140,7 +140,10 @@ static const lua_fn_doc docs[] = {
     { "bench", "sparsejit.bench{...}",
       "Times an op (or a benchmark of several kernels, as `sparsejit bench --op`) against its dense baseline, "
       "after checking its output. Returns {median_us, p20_us, p80_us, tflops, reps, rel_error, config, origin, "
-      "source} and, with cublas, {cublas_us, cublas_tflops, speedup}, or cublas_error when the baseline failed.",
+      "source} and, with cublas, {cublas_us, cublas_tflops, speedup}, or cublas_error when the baseline failed; a "
+      "benchmark that times its parts alone adds parts_us (name -> us) and, with cublas, dense_parts_us for its "
+      "baseline's parts; a training step (ffn-train) adds saved_bytes and dense_saved_bytes, the activations each "
+      "step keeps for its backward.",
       "a field not listed, of the wrong type or out of its range; a problem or config the op refuses; no GPU; an "
       "output that disagrees with the reference", bench_fields },
     { "vnm_layout", "sparsejit.vnm_layout{...}",
@@ -612,6 +615,10 @@ static int l_bench(lua_State *L)
         for (int i = 0; i < r.n_parts; i++) set_number(L, r.part_names[i], r.part_us[i]);
         lua_setfield(L, -2, "parts_us");
     }
+    if (r.saved_bytes >= 0) {
+        set_integer(L, "saved_bytes", r.saved_bytes);
+        set_integer(L, "dense_saved_bytes", r.dense_saved_bytes);
+    }
     if (r.cublas_error[0]) {
         /* The benchmark's own timing stands; say why there is no baseline instead of failing. */
         set_string(L, "cublas_error", r.cublas_error);
@@ -619,6 +626,11 @@ static int l_bench(lua_State *L)
         set_number(L, "cublas_us", r.cublas_us);
         set_number(L, "cublas_tflops", r.cublas_tflops);
         set_number(L, "speedup", r.speedup);
+        if (r.n_dense_parts) { /* the baseline's parts, each timed alone: dense_parts_us.forward, ... */
+            lua_newtable(L);
+            for (int i = 0; i < r.n_dense_parts; i++) set_number(L, r.dense_part_names[i], r.dense_part_us[i]);
+            lua_setfield(L, -2, "dense_parts_us");
+        }
     }
     return 1;
 }

@@ -92,7 +92,7 @@ for c in tune gen; do
     echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
 done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)" ||
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
 # an option the op does not read is refused, not ignored
 for c in "gen --op gemm --vnm 64:2:8|--vnm does not apply to --op gemm (ops that read it: vnm-spmm" \
@@ -125,6 +125,19 @@ check2 "problem.k = 60 (tokens) must be a multiple of 8" bench --op vnm-train --
 check2 "problem.vnm_m = 2: M must be in 4..128" bench --op vnm-train-exact --shape 512x256x64 --vnm 64:2:2
 check2 "--vnm '64:2': expected V:N:M" bench --op vnm-train --shape 512x256x64 --vnm 64:2
 check2 "--rounds '0' is out of range" bench --op vnm-train --shape 512x256x64 --rounds 0
+# ffn-train: the FFN block's training step over hybrid activations on the hybrid-ffn-dw problem
+# (tokens x d_model x d_model, --d-ff, --twell d_ff:W), listed in bench's help; tune refuses it
+# naming its parts; a bad argument exits 2
+"$cli" bench --help | grep -qE "^  ffn-train +one training step of the ReLU FFN over hybrid activations" || fail "bench --help must say what ffn-train times"
+"$cli" bench --help | grep -q "twell-ffn, twell-ffn-block, hybrid-ffn-\*, ffn-train: tokens x d_model x" || fail "bench --help: ffn-train's shape"
+out=$("$cli" tune --op ffn-train --shape 264x256x256 --d-ff 1000 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "ffn-train is a benchmark of hybrid-gate + hybrid-ffn-fwd + hybrid-ffn-dx + hybrid-ffn-dw, not an op" ||
+  fail "tune --op ffn-train must exit 2 (got $rc: $out)"
+check2 "problem.n = 252, k = 252: hybrid-ffn-dw needs both d_model, a multiple of 8" bench --op ffn-train --shape 264x252x252 --d-ff 1000
+check2 "needs it equal to d_ff = 1000 (a row is one tile)" bench --op ffn-train --shape 264x256x256 --d-ff 1000 --twell 128:16
+check2 "the ELL width W) = 2000: expected 1..d_ff (1000)" bench --op ffn-train --shape 264x256x256 --d-ff 1000 --twell 1000:2000
+check2 "--vnm does not apply to --op ffn-train" bench --op ffn-train --shape 264x256x256 --d-ff 1000 --vnm 64:2:8
+check2 "sparsity '1': expected a fraction of zeros in (0, 1)" bench --op ffn-train --shape 264x256x256 --d-ff 1000 --sparsity 1
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
@@ -221,6 +234,21 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
       python3 -c 'import json, sys; p = json.load(sys.stdin)["parts_us"]; sys.exit(sorted(p) != ["dw", "dx", "forward"] or min(p.values()) <= 0)' ||
       fail "bench $b --json must time forward, dx and dw alone"
   done
+  # ffn-train on ragged tokens and d_ff: W = 128 (few rows overflow) and W = 16 at 95% zeros with
+  # skew (every row overflows, the backup grows in setup); checked, named, its parts and the dense
+  # step's forward and backward timed alone, its saved activations below the dense step's
+  for a in "--sparsity 0.99" "--twell 1000:16 --sparsity 0.95 --skew 1 --dtype bf16"; do
+    g="--op ffn-train --shape 264x256x256 --d-ff 1000 $a --rounds 1"
+    row=$("$cli" bench $g --csv 2>/dev/null) || fail "bench $g: $row"
+    echo "$row" | grep -q ",ffn-train,.*,264,256,256," || fail "bench $g must name itself and its problem: $row"
+    echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 1e-2) }' || fail "bench $g must report its check: $row"
+    "$cli" bench $g --json | python3 -c 'import json, sys
+r = json.load(sys.stdin)
+p, d = r["parts_us"], r["dense_parts_us"]
+ok = sorted(p) == ["dw", "dx", "fwd", "gate"] and sorted(d) == ["backward", "forward"] and min(list(p.values()) + list(d.values())) > 0
+sys.exit(not (ok and 0 < r["saved_bytes"] < r["dense_saved_bytes"] == 3 * 264 * 1000 * 2))' ||
+      fail "bench $g --json must time gate, fwd, dx, dw and the dense forward and backward alone, and count the saved bytes"
+  done
   row=$("$cli" bench --op twell-ffn --shape 300x256x256 --d-ff 1024 --skew 1 --rounds 1 --csv 2>&1) || fail "bench --skew: $row"
   echo "$row" | grep -q ',0.99/A1@T128:C16,' || fail "bench --skew must say its input law: $row"
   table=$(printf -- '--op gemm --shape 264x136x200 --rounds 1\n' | bash "$ab" "$cli" "$cli" --pairs 1 --csv "$tmp/ab.csv" 2>&1) ||
@@ -258,6 +286,10 @@ else
     out=$("$cli" bench --op $b --shape 11008x4096x8192 --vnm 128:2:8 --dtype bf16 2>&1) || fail "bench $b without a GPU must exit 0: $out"
     echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "vnm-dw bf16->bf16 11008x4096x8192" || fail "bench $b without a GPU: $out"
   done
+  out=$("$cli" bench --op ffn-train --shape 8192x4096x4096 --d-ff 11008 --sparsity 0.99 --skew 1 --dtype bf16 2>&1) ||
+    fail "bench ffn-train without a GPU must exit 0: $out"
+  echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "hybrid-ffn-dw bf16->bf16 8192x4096x4096 W=128,S=0.99,A=1,DFF=11008" ||
+    fail "bench ffn-train without a GPU: $out"
   out=$("$cli" bench --op gemm --shape 64x64x64 --config BM=999 2>&1); rc=$?
   [ $rc -eq 2 ] || fail "bench without a GPU with a bad config must exit 2 (got $rc: $out)"
 fi

@@ -68,7 +68,7 @@ static void test_benchmarks_beside_the_op_table(void **state)
             if (!op_find_name(part) || !op_find_name(part)->harness) fail_msg("benchmark %s: part '%s' is no tunable op", b->name, part);
         assert_true(n_parts >= 2);
         const bench_ops *o = b->ops;
-        assert_true(o && o->setup && o->launch && o->check && o->flops && o->baseline && o->teardown);
+        assert_true(o && o->setup && (o->launch || o->launch_part) && o->check && o->flops && o->baseline && o->teardown);
         /* parts timed alone: both hooks or neither, and a name for each */
         assert_int_equal(o->launch_part != NULL, o->part_names != NULL);
         int named = 0;
@@ -81,6 +81,12 @@ static void test_benchmarks_beside_the_op_table(void **state)
         assert_true(n >= 1 && n <= BASELINE_MAX);
         for (int s = 0; s < n; s++) expect_step(b->name, &steps[s]);
         assert_true(o->flops(&p) > 0);
+        /* the baseline's parts: named, the first at step 0, the others rising within it */
+        for (int i = 0; o->baseline_parts && o->baseline_parts[i].name; i++) {
+            assert_true(i < BENCH_MAX_PARTS);
+            if (i == 0) assert_int_equal(o->baseline_parts[i].first, 0);
+            else assert_true(o->baseline_parts[i].first > o->baseline_parts[i - 1].first && o->baseline_parts[i].first < n);
+        }
     }
     const op_bench *block = op_bench_find_name("twell-ffn-block");
     assert_non_null(block);
@@ -101,6 +107,19 @@ static void test_benchmarks_beside_the_op_table(void **state)
         assert_string_equal(step->ops->part_names[2], "dw");
         assert_null(step->ops->part_names[3]);
     }
+    /* the FFN block's training step over hybrid activations: the hybrid-ffn-dw problem, its four
+     * parts timed alone, the dense forward and backward too, and its activations counted */
+    const op_bench *train = op_bench_find_name("ffn-train");
+    assert_non_null(train);
+    assert_int_equal(train->op, SJ_OP_HYBRID_FFN_DW);
+    assert_string_equal(train->parts, "hybrid-gate + hybrid-ffn-fwd + hybrid-ffn-dx + hybrid-ffn-dw");
+    const char *train_parts[] = { "gate", "fwd", "dx", "dw" };
+    for (int i = 0; i < 4; i++) assert_string_equal(train->ops->part_names[i], train_parts[i]);
+    assert_null(train->ops->part_names[4]);
+    assert_string_equal(train->ops->baseline_parts[0].name, "forward");
+    assert_string_equal(train->ops->baseline_parts[1].name, "backward");
+    assert_null(train->ops->baseline_parts[2].name);
+    assert_non_null(train->ops->saved_bytes);
     assert_null(op_bench_find_name("twell-ffn"));
     assert_null(op_bench_find_name(NULL));
 
@@ -153,6 +172,32 @@ static void test_baselines(void **state)
         expect_step_is(&s[1], BASELINE_GEMM, m, f, d);     /* up */
         expect_step_is(&s[2], BASELINE_RELU_PRODUCT, m, f, 0);
         expect_step_is(&s[3], BASELINE_GEMM, m, d, f);     /* down */
+        /* the hybrid FFN's dense backward through the activations: dH, dU, dG, dX's two GEMMs */
+        sj_problem_init(&p, SJ_OP_HYBRID_FFN_DX, SJ_DTYPE_BF16, m, d, d);
+        p.d_ff = f, p.twell_tile = (int)f, p.twell_capacity = 1, p.twell_sparsity = 0.99;
+        assert_int_equal(op_find(SJ_OP_HYBRID_FFN_DX)->harness->baseline(&p, s), 5);
+        expect_step_is(&s[0], BASELINE_GEMM, m, f, d);         /* dH = dY . Wd^T */
+        expect_step_is(&s[1], BASELINE_RELU_PRODUCT, m, f, 0); /* dU = relu(G) (.) dH */
+        expect_step_is(&s[2], BASELINE_PRODUCT, m, f, 0);      /* dG = dH (.) U, masked */
+        expect_step_is(&s[3], BASELINE_GEMM, m, d, f);         /* dG . Wg^T */
+        expect_step_is(&s[4], BASELINE_GEMM, m, d, f);         /* dU . Wu^T */
+        /* the whole dense step of the FFN block: forward (4 steps, the first baseline part),
+         * backward (8) */
+        p.op = SJ_OP_HYBRID_FFN_DW;
+        assert_int_equal(op_bench_find_name("ffn-train")->ops->baseline(&p, s), 12);
+        assert_int_equal(op_bench_find_name("ffn-train")->ops->baseline_parts[1].first, 4);
+        expect_step_is(&s[0], BASELINE_GEMM, m, f, d);          /* G = X . Wg */
+        expect_step_is(&s[1], BASELINE_GEMM, m, f, d);          /* U = X . Wu */
+        expect_step_is(&s[2], BASELINE_RELU_PRODUCT, m, f, 0);  /* H = relu(G) (.) U */
+        expect_step_is(&s[3], BASELINE_GEMM, m, d, f);          /* Y = H . Wd */
+        expect_step_is(&s[4], BASELINE_GEMM, m, f, d);          /* dH */
+        expect_step_is(&s[5], BASELINE_RELU_PRODUCT, m, f, 0);  /* dU */
+        expect_step_is(&s[6], BASELINE_PRODUCT, m, f, 0);       /* dG */
+        expect_step_is(&s[7], BASELINE_GEMM, m, d, f);          /* dX, twice */
+        expect_step_is(&s[8], BASELINE_GEMM, m, d, f);
+        expect_step_is(&s[9], BASELINE_GEMM, d, f, m);          /* dWg, dWu: d_model x d_ff over T */
+        expect_step_is(&s[10], BASELINE_GEMM, d, f, m);
+        expect_step_is(&s[11], BASELINE_GEMM, f, d, m);         /* dWd: d_ff x d_model over T */
         /* the dense training step of W (out x in = m x f) over d tokens, either dX */
         sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_F16, m, f, d);
         p.vnm_v = 128, p.vnm_n = 2, p.vnm_m = 8;
@@ -257,6 +302,13 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         expect_near("vnm-train", flops, 3.0 * sparse);
         SJ_ASSERT_OK(bench_flops("vnm-train-exact", &p, &flops));
         expect_near("vnm-train-exact", flops, 2.0 * sparse + 2.0 * m * f * d);
+
+        /* the FFN block's training step over hybrid activations: the dense gate, then the forward
+         * (4 D a pair), dx (6 D) and dw (6 D) at the active pairs */
+        sj_problem_init(&p, SJ_OP_HYBRID_FFN_DW, SJ_DTYPE_BF16, m, d, d);
+        p.d_ff = f, p.twell_tile = (int)f, p.twell_capacity = 128, p.twell_sparsity = s;
+        SJ_ASSERT_OK(bench_flops("ffn-train", &p, &flops));
+        expect_near("ffn-train", flops, 2.0 * m * f * d + 16.0 * m * d * f * (1.0 - s));
     }
     sj_problem p;
     sj_problem_init(&p, SJ_OP_GEMM, SJ_DTYPE_F16, 64, 64, 64);
@@ -282,7 +334,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");
@@ -300,6 +352,18 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     bad = layer;
     bad.vnm_m = 2;
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train", &bad, &o, &r), SJ_ERR_INVALID_ARGUMENT, "M must be in 4..128");
+    sj_problem ffn_step; /* the FFN block's training step: 64 tokens, d_model 256, d_ff 1024, W 128 */
+    sj_problem_init(&ffn_step, SJ_OP_HYBRID_FFN_DW, SJ_DTYPE_BF16, 64, 256, 256);
+    ffn_step.d_ff = 1024, ffn_step.twell_tile = 1024, ffn_step.twell_capacity = 128, ffn_step.twell_sparsity = 0.99;
+    SJ_ASSERT_STATUS(bench_run(ctx, "ffn-train", &ffn, &o, &r), SJ_ERR_INVALID_ARGUMENT,
+                     "problem.op is twell-ffn, expected a hybrid-ffn-dw problem");
+    for (int i = 0; i < 3; i++) { /* d_model not a multiple of 8, W past d_ff, a tile narrower than the row */
+        bad = ffn_step;
+        const char *why = i == 0 ? (bad.k = 248, "needs both d_model")
+                        : i == 1 ? (bad.twell_capacity = 1025, "the ELL width W) = 1025")
+                                 : (bad.twell_tile = 128, "a row is one tile");
+        SJ_ASSERT_STATUS(bench_run(ctx, "ffn-train", &bad, &o, &r), SJ_ERR_INVALID_ARGUMENT, why);
+    }
     o.rounds = 0;
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &ffn, &o, &r), SJ_ERR_INVALID_ARGUMENT, "rounds 0: expected 1..100");
     o.rounds = 101;
@@ -310,6 +374,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
         SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn", &ffn, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train", &layer, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         SJ_ASSERT_STATUS(bench_run(ctx, "vnm-train-exact", &layer, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
+        SJ_ASSERT_STATUS(bench_run(ctx, "ffn-train", &ffn_step, &o, &r), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         sj_bench_result b;
         SJ_ASSERT_STATUS(sj_bench(ctx, &ffn, NULL, &b), SJ_ERR_NO_GPU, "benchmarking needs a GPU");
         measure_result mr;
@@ -326,6 +391,8 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(cublas_baseline_time(ctx, SJ_DTYPE_F16, 1, &step, NULL, &mr), SJ_ERR_INVALID_ARGUMENT, "unknown kind");
     step = (baseline_step){ BASELINE_GEMM, 64, 64, 64 };
     SJ_ASSERT_STATUS(cublas_baseline_time(ctx, SJ_DTYPE_F16, 0, &step, NULL, &mr), SJ_ERR_INVALID_ARGUMENT, "n_steps in 1..16");
+    SJ_ASSERT_STATUS(cublas_baseline_time(ctx, SJ_DTYPE_F16, BASELINE_MAX + 1, &step, NULL, &mr), SJ_ERR_INVALID_ARGUMENT,
+                     "n_steps in 1..16 (got 17)");
     SJ_ASSERT_STATUS(cublas_baseline_time(ctx, SJ_DTYPE_F32, 1, &step, NULL, &mr), SJ_ERR_INVALID_ARGUMENT, "f16 or bf16");
     sj_context_destroy(ctx);
 }

@@ -1,9 +1,10 @@
 /* test_bench_gpu.c: the one benchmark path on the GPU. The baseline's element-wise kernel
  * (templates/ewise_product.lua) against the host, bit for bit, on ragged sizes; a bench's
  * sampled reference holds exactly the full reference's rows, and the gate passes the request
- * path's kernel under both; bench_run of every op, of the FFN block and of a V:N:M layer's
- * training step checks its output, counts the FLOPs bench_flops gives, times a baseline of the
- * steps it names and, where a benchmark times its parts alone, each part. */
+ * path's kernel under both; bench_run of every op, of the FFN block, of a V:N:M layer's
+ * training step and of the FFN block's over hybrid activations checks its output, counts the
+ * FLOPs bench_flops gives, times a baseline of the steps it names and, where a benchmark times
+ * its parts (or its baseline's) alone, each part, and counts a training step's saved bytes. */
 #include "test_util.h"
 #include "core/op.h"
 #include "runtime/runtime.h"
@@ -138,6 +139,21 @@ static void expect_row(sj_context *ctx, const char *name, const sj_problem *p, i
         fprintf(stderr, "#   %s alone: %.2f us\n", r.part_names[i], r.part_us[i]);
         assert_true(r.part_us[i] > 0);
     }
+    /* ... and of its baseline's parts, and a training step counts its saved activations */
+    int dense_parts = 0;
+    while (b && b->ops->baseline_parts && b->ops->baseline_parts[dense_parts].name) dense_parts++;
+    assert_int_equal(r.n_dense_parts, dense_parts);
+    for (int i = 0; i < r.n_dense_parts; i++) {
+        fprintf(stderr, "#   dense %s alone: %.2f us\n", r.dense_part_names[i], r.dense_part_us[i]);
+        assert_true(r.dense_part_us[i] > 0);
+    }
+    if (b && b->ops->saved_bytes) {
+        fprintf(stderr, "#   saved for the backward: %lld bytes, dense %lld\n", (long long)r.saved_bytes,
+                (long long)r.dense_saved_bytes);
+        assert_true(r.saved_bytes > 0 && r.dense_saved_bytes > 0);
+    } else {
+        assert_true(r.saved_bytes == -1 && r.dense_saved_bytes == -1);
+    }
 }
 
 static void test_bench_rows(void **state)
@@ -171,6 +187,14 @@ static void test_bench_rows(void **state)
     sj_bench_result b;
     SJ_ASSERT_OK(sj_bench(ctx, &p, NULL, &b));
     assert_true(b.rel_error > 0 && b.rel_error <= harness_tolerance(&p) && b.median_us > 0);
+    /* the FFN block's training step over hybrid activations: 264 tokens, d_model 256, d_ff 1000;
+     * W = 128 at 99% zeros, and W = 16 at 95% with skew, where every row overflows and setup grows
+     * the backup to all of them */
+    sj_problem_init(&p, SJ_OP_HYBRID_FFN_DW, SJ_DTYPE_BF16, 264, 256, 256);
+    p.d_ff = 1000, p.twell_tile = 1000, p.twell_capacity = 128, p.twell_sparsity = 0.99;
+    expect_row(ctx, "ffn-train", &p, 12);
+    p.dtype = p.out_dtype = SJ_DTYPE_F16, p.twell_capacity = 16, p.twell_sparsity = 0.95, p.twell_skew = 1;
+    expect_row(ctx, "ffn-train", &p, 12);
 }
 
 int main(void)

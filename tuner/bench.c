@@ -58,7 +58,17 @@ typedef struct target {
 static sj_status target_launch(void *user)
 {
     target *t = user;
-    return t->ops ? t->ops->launch(t->ctx, t->c) : t->h.ops->launch(&t->h, t->k, NULL);
+    if (!t->ops) return t->h.ops->launch(&t->h, t->k, NULL);
+    if (t->ops->launch) return t->ops->launch(t->ctx, t->c);
+    sj_status st = SJ_OK;
+    for (int i = 0; st == SJ_OK && i < BENCH_MAX_PARTS && t->ops->part_names[i]; i++) st = t->ops->launch_part(t->ctx, t->c, i);
+    return st;
+}
+
+sj_status bench_output(sj_context *ctx, size_t bytes, sj_devptr *out)
+{
+    sj_status st = sj_malloc(ctx, bytes, out);
+    return st == SJ_OK ? sj_memset_u8(ctx, *out, 0xff, bytes) : st;
 }
 
 /* One part of a benchmark, timed alone. */
@@ -102,14 +112,15 @@ static sj_status first_launch(target *t, const sj_problem *p, bench_result *out)
     return SJ_OK;
 }
 
-/* The rounds: the benchmark, its parts alone (if it times them), then its baseline (until it
- * fails), each timed with the same budgets. */
+/* The rounds: the benchmark, its parts alone (if it times them), then its baseline and its
+ * baseline's parts alone (until one fails), each timed with the same budgets. */
 static sj_status timed_rounds(target *t, const sj_problem *p, const bench_options *o, bench_result *out)
 {
     measure_session ms;
     sj_status st = measure_begin(t->ctx, &ms);
     if (st != SJ_OK) return st;
-    double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS], parts[BENCH_MAX_PARTS][MAX_ROUNDS];
+    double us[MAX_ROUNDS], p20[MAX_ROUNDS], p80[MAX_ROUNDS], cb[MAX_ROUNDS], parts[BENCH_MAX_PARTS][MAX_ROUNDS],
+        dense_parts[BENCH_MAX_PARTS][MAX_ROUNDS];
     int n_cb = 0;
     /* the baseline's buffers, written once, timed every round; one that cannot open leaves the
      * benchmark's own timing standing, and the row says why it has no baseline */
@@ -130,7 +141,15 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
         if (st != SJ_OK) break;
         if (!bl || out->cublas_error[0]) continue;
         measure_result cr;
-        if (cublas_baseline_run(bl, &o->measure, &cr) == SJ_OK)
+        sj_status bs = cublas_baseline_run(bl, &o->measure, &cr);
+        for (int i = 0; bs == SJ_OK && i < out->n_dense_parts; i++) {
+            const baseline_part *bp = &t->ops->baseline_parts[i];
+            int end = i + 1 < out->n_dense_parts ? bp[1].first : out->n_baseline;
+            measure_result pr;
+            if ((bs = cublas_baseline_run_steps(bl, bp->first, end - bp->first, &o->measure, &pr)) == SJ_OK)
+                dense_parts[i][n_cb] = pr.median_us;
+        }
+        if (bs == SJ_OK)
             cb[n_cb++] = cr.median_us;
         else
             snprintf(out->cublas_error, sizeof out->cublas_error, "%s", sj_last_error());
@@ -147,6 +166,23 @@ static sj_status timed_rounds(target *t, const sj_problem *p, const bench_option
         out->cublas_us = median_of(cb, n_cb);
         out->cublas_tflops = out->dense_flops / (out->cublas_us * 1e-6) / 1e12;
         out->speedup = out->cublas_us / out->run.median_us;
+        for (int i = 0; i < out->n_dense_parts; i++) out->dense_part_us[i] = median_of(dense_parts[i], n_cb);
+    }
+    return SJ_OK;
+}
+
+/* A benchmark's baseline parts: named, the first at step 0, the others at rising steps within
+ * the n_steps of its baseline; a table entry that breaks this is the benchmark's bug. */
+static sj_status check_baseline_parts(const char *name, const baseline_part *bp, int n_steps, int *n_parts)
+{
+    *n_parts = 0;
+    for (int i = 0; bp && bp[i].name; i++) {
+        int lo = i ? bp[i - 1].first + 1 : 0, hi = i ? n_steps - 1 : 0;
+        if (i == BENCH_MAX_PARTS || bp[i].first < lo || bp[i].first > hi)
+            return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: baseline part %d (%s) starts at step %d: expected at most %d "
+                             "parts, the first at step 0 and each later one in %d..%d", name, i, bp[i].name, bp[i].first,
+                             BENCH_MAX_PARTS, lo, hi);
+        *n_parts = i + 1;
     }
     return SJ_OK;
 }
@@ -157,6 +193,8 @@ sj_status bench_run(sj_context *ctx, const char *name, const sj_problem *p, cons
         return error_set(SJ_ERR_INVALID_ARGUMENT, "bench: %s is NULL", !ctx ? "ctx" : !p ? "problem" : !o ? "options" : "result");
     memset(out, 0, sizeof *out);
     out->cublas_us = out->cublas_tflops = out->speedup = NAN;
+    for (int i = 0; i < BENCH_MAX_PARTS; i++) out->dense_part_us[i] = NAN;
+    out->saved_bytes = out->dense_saved_bytes = -1;
     if (o->rounds < 1 || o->rounds > MAX_ROUNDS)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "bench: rounds %d: expected 1..%d", o->rounds, MAX_ROUNDS);
     const op_desc *d;
@@ -171,15 +209,22 @@ sj_status bench_run(sj_context *ctx, const char *name, const sj_problem *p, cons
     if ((st = rt_require_gpu(ctx, "benchmarking")) != SJ_OK) return st;
     out->flops = d ? d->harness->flops(p) : b->ops->flops(p);
     out->n_baseline = d ? d->harness->baseline(p, out->baseline) : b->ops->baseline(p, out->baseline);
+    if (out->n_baseline < 1 || out->n_baseline > BASELINE_MAX)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: its baseline of this problem has %d steps: expected 1..%d",
+                         name, out->n_baseline, BASELINE_MAX);
     for (int i = 0; i < out->n_baseline; i++)
         if (out->baseline[i].kind == BASELINE_GEMM)
             out->dense_flops += 2.0 * out->baseline[i].m * out->baseline[i].n * out->baseline[i].k;
 
     for (int i = 0; b && b->ops->launch_part && b->ops->part_names && i < BENCH_MAX_PARTS && b->ops->part_names[i]; i++)
         out->part_names[out->n_parts++] = b->ops->part_names[i];
+    if (b && (st = check_baseline_parts(name, b->ops->baseline_parts, out->n_baseline, &out->n_dense_parts)) != SJ_OK)
+        return st;
+    for (int i = 0; i < out->n_dense_parts; i++) out->dense_part_names[i] = b->ops->baseline_parts[i].name;
     target t = { .ctx = ctx, .ops = b ? b->ops : NULL };
     st = b ? b->ops->setup(ctx, p, o->seed, &t.c) : harness_open(ctx, p, o->seed, HARNESS_REFERENCE_SAMPLED, &t.h);
     if (st != SJ_OK) return st;
+    if (b && b->ops->saved_bytes) b->ops->saved_bytes(t.c, &out->saved_bytes, &out->dense_saved_bytes);
     if ((st = first_launch(&t, p, out)) != SJ_OK) goto done;
     /* the check first: a kernel that computes the wrong result is not timed */
     int sticky = 0;

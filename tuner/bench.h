@@ -15,15 +15,24 @@
 
 typedef struct bench_case bench_case;
 
-/* The most parts a benchmark times alone (bench_ops.launch_part). */
+/* The most parts a benchmark times alone (bench_ops.launch_part), and the most parts of its
+ * baseline (bench_ops.baseline_parts). */
 #define BENCH_MAX_PARTS 4
+
+/* A part of a benchmark's baseline, timed alone: its name and its first step; it runs up to the
+ * next part's first step (the last part to the baseline's end). */
+typedef struct baseline_part {
+    const char *name;
+    int first;
+} baseline_part;
 
 /* A benchmark of several kernels (an op_bench's ops), in ops/<family>/. */
 typedef struct bench_ops {
     /* Allocates and fills the inputs (seeded random, never zeros) for p, a problem of the
      * benchmark's op. */
     sj_status (*setup)(sj_context *ctx, const sj_problem *p, uint64_t seed, bench_case **out);
-    /* Runs every part once through its public entry point on the default stream (asynchronous). */
+    /* Runs every part once through its public entry point on the default stream (asynchronous).
+     * NULL with launch_part: bench launches the parts in order. */
     sj_status (*launch)(sj_context *ctx, bench_case *c);
     /* After a launch: the relative error of (sampled rows of) the last part's output against a
      * reference that shares no code with the kernels. */
@@ -40,7 +49,19 @@ typedef struct bench_ops {
      * are timed together only. */
     const char *const *part_names;
     sj_status (*launch_part)(sj_context *ctx, bench_case *c, int part);
+    /* Optional: the baseline's parts (a dense training step's forward and backward), each also
+     * timed alone in every round after the whole baseline (bench_result's dense_part_us), ended
+     * by a NULL name, at most BENCH_MAX_PARTS; the first at step 0, the others at rising steps
+     * within the baseline. NULL: the baseline is timed whole only. */
+    const baseline_part *baseline_parts;
+    /* Optional (a training step): after setup, the bytes of activations the benchmark keeps for
+     * its backward pass and those the dense step keeps (bench_result's saved_bytes). */
+    void (*saved_bytes)(const bench_case *c, int64_t *sparse, int64_t *dense);
 } bench_ops;
+
+/* A new device buffer of bytes filled with 0xff (NaN in f16, bf16 and f32): a benchmark's output,
+ * so that what no part writes fails its check. */
+sj_status bench_output(sj_context *ctx, size_t bytes, sj_devptr *out);
 
 typedef struct bench_options {
     measure_options measure; /* budgets of each timing */
@@ -71,6 +92,13 @@ typedef struct bench_result {
     int n_parts;
     const char *part_names[BENCH_MAX_PARTS];
     double part_us[BENCH_MAX_PARTS];
+    /* a benchmark with baseline_parts: the median time of each alone (NAN as cublas_us is) */
+    int n_dense_parts;
+    const char *dense_part_names[BENCH_MAX_PARTS];
+    double dense_part_us[BENCH_MAX_PARTS];
+    /* a benchmark with saved_bytes: the activations kept for the backward, its own and the
+     * dense step's; -1 otherwise */
+    int64_t saved_bytes, dense_saved_bytes;
 } bench_result;
 
 /* The benchmark named name: an op with a harness (*op set) or a benchmark of the table (*bench

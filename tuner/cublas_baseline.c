@@ -156,7 +156,7 @@ static sj_status step_open(sj_context *ctx, sj_dtype dtype, int i, step_buffers 
 
 struct cublas_baseline {
     seq_run run;
-    step_buffers b[16];
+    step_buffers b[BASELINE_MAX];
 };
 
 void cublas_baseline_close(cublas_baseline *bl)
@@ -175,9 +175,9 @@ sj_status cublas_baseline_open(sj_context *ctx, sj_dtype dtype, int n_steps, con
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_open: out is NULL");
     *out = NULL;
-    if (!ctx || !steps || n_steps < 1 || n_steps > 16)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: ctx and steps must be set and n_steps in 1..16 "
-                                                "(got %d)", n_steps);
+    if (!ctx || !steps || n_steps < 1 || n_steps > BASELINE_MAX)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: ctx and steps must be set and n_steps in 1..%d "
+                                                "(got %d)", BASELINE_MAX, n_steps);
     if (dtype != SJ_DTYPE_F16 && dtype != SJ_DTYPE_BF16)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "cuBLAS baseline: dtype must be f16 or bf16");
     for (int i = 0; i < n_steps; i++) {
@@ -209,6 +209,19 @@ sj_status cublas_baseline_open(sj_context *ctx, sj_dtype dtype, int n_steps, con
 sj_status cublas_baseline_run(cublas_baseline *bl, const measure_options *opts, measure_result *out)
 {
     if (!bl || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_run: baseline and out must be set");
+    return cublas_baseline_run_steps(bl, 0, bl->run.n, opts, out);
+}
+
+sj_status cublas_baseline_run_steps(cublas_baseline *bl, int first, int count, const measure_options *opts,
+                                    measure_result *out)
+{
+    if (!bl || !out) return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_run_steps: baseline and out must be set");
+    if (first < 0 || count < 1 || first + count > bl->run.n)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_baseline_run_steps: steps %d..%d: expected a range within "
+                         "0..%d", first, first + count - 1, bl->run.n - 1);
+    seq_run part = bl->run;
+    part.b += first;
+    part.n = count;
     /* the handle is the process's: bind it to the default stream again, as another user may not have */
     cublasStatus_t cs = cb.cublasSetStream_v2(bl->run.handle, NULL);
     if (cs != CUBLAS_STATUS_SUCCESS) return cublas_fail(cs, "cublasSetStream");
@@ -218,7 +231,7 @@ sj_status cublas_baseline_run(cublas_baseline *bl, const measure_options *opts, 
     measure_options mo;
     if (opts) mo = *opts;
     else measure_options_init(&mo);
-    st = measure_run(&ms, &mo, run_seq, &bl->run, out);
+    st = measure_run(&ms, &mo, run_seq, &part, out);
     measure_end(&ms);
     return st;
 }
@@ -238,10 +251,10 @@ sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, con
 sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, const int64_t shapes[][3],
                                   const measure_options *opts, measure_result *out)
 {
-    if (!shapes || n_gemms < 1 || n_gemms > 16)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_seq_time: shapes must be set and n_gemms in 1..16 "
-                                                "(got %d)", n_gemms);
-    baseline_step steps[16];
+    if (!shapes || n_gemms < 1 || n_gemms > BASELINE_MAX)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "cublas_gemm_seq_time: shapes must be set and n_gemms in 1..%d "
+                                                "(got %d)", BASELINE_MAX, n_gemms);
+    baseline_step steps[BASELINE_MAX];
     for (int i = 0; i < n_gemms; i++) steps[i] = (baseline_step){ BASELINE_GEMM, shapes[i][0], shapes[i][1], shapes[i][2] };
     return cublas_baseline_time(ctx, dtype, n_gemms, steps, opts, out);
 }

@@ -157,14 +157,17 @@ sj_status cublas_gemm_seq_time(sj_context *ctx, sj_dtype dtype, int n_gemms, con
                                   const measure_options *opts, measure_result *out);
 /* An op's baseline (tuner/harness.h's baseline_step): its GEMMs on cuBLAS and its element-wise
  * products (templates/ewise_product.lua) back to back in each timed run, each step on buffers
- * of its own (1..16 steps), written on the device by the input generator. opts NULL: the
- * default budgets. cublas_baseline_time opens, runs once and closes; a bench's rounds open once
- * and run the same buffers each round. */
+ * of its own (1..BASELINE_MAX steps), written on the device by the input generator. opts NULL:
+ * the default budgets. cublas_baseline_time opens, runs once and closes; a bench's rounds open
+ * once and run the same buffers each round; cublas_baseline_run_steps times the count steps from
+ * first alone (a part of the baseline: a training step's forward or backward). */
 typedef struct baseline_step baseline_step;
 typedef struct cublas_baseline cublas_baseline;
 sj_status cublas_baseline_open(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
                                cublas_baseline **out);
 sj_status cublas_baseline_run(cublas_baseline *b, const measure_options *opts, measure_result *out);
+sj_status cublas_baseline_run_steps(cublas_baseline *b, int first, int count, const measure_options *opts,
+                                    measure_result *out);
 void cublas_baseline_close(cublas_baseline *b);
 sj_status cublas_baseline_time(sj_context *ctx, sj_dtype dtype, int n_steps, const baseline_step *steps,
                                const measure_options *opts, measure_result *out);

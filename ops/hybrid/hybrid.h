@@ -58,4 +58,13 @@ sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
                                const sj_hybrid_device *H, const hybrid_saved_u *u, const hybrid_grads *g,
                                const hybrid_weight_grads *out, sj_devptr workspace, const hybrid_dw_ws *w, void *stream);
 
+/* The memory accounting of the ffn-train benchmark (hybrid_train_bench.c; docs/training.md):
+ * the bytes of activations a training step over hybrid activations keeps for its backward, H's
+ * arrays (layout's total_bytes) and u at its pairs (rows x W + backup_rows x cols values of the
+ * dtype), and those the dense step keeps, what PyTorch's autograd saves for the block beside X:
+ * a = relu(g) (ReLU's output, also the product's input), u (the product's other input) and h
+ * (the down projection's input), tokens x d_ff each in the dtype. */
+int64_t hybrid_ffn_saved_bytes(const sj_hybrid_layout *layout);
+int64_t hybrid_ffn_dense_saved_bytes(int64_t tokens, int64_t d_ff, sj_dtype dtype);
+
 #endif

@@ -122,14 +122,6 @@ done:
     return st;
 }
 
-/* An output buffer filled with 0xff bytes (NaN in f16, bf16 and f32): what no part writes fails
- * the check. */
-static sj_status output(sj_context *ctx, size_t bytes, sj_devptr *out)
-{
-    sj_status st = sj_malloc(ctx, bytes, out);
-    return st == SJ_OK ? sj_memset_u8(ctx, *out, 0xff, bytes) : st;
-}
-
 static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, vnm_dx_rule rule, bench_case **out)
 {
     *out = NULL;
@@ -146,9 +138,9 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, vnm_
     sj_status st;
     if ((st = weights(ctx, c, seed)) != SJ_OK || (st = random_device_matrix(ctx, &c->X, 0, &c->Xd)) != SJ_OK ||
         (st = random_device_matrix(ctx, &c->dY, 0, &c->dYd)) != SJ_OK ||
-        (st = output(ctx, (size_t)(rows * tokens) * osz, &c->Y)) != SJ_OK ||
-        (st = output(ctx, (size_t)(cols * tokens) * osz, &c->dX)) != SJ_OK ||
-        (st = output(ctx, c->W.layout.values_bytes / 2 * osz, &c->dW)) != SJ_OK ||
+        (st = bench_output(ctx, (size_t)(rows * tokens) * osz, &c->Y)) != SJ_OK ||
+        (st = bench_output(ctx, (size_t)(cols * tokens) * osz, &c->dX)) != SJ_OK ||
+        (st = bench_output(ctx, c->W.layout.values_bytes / 2 * osz, &c->dW)) != SJ_OK ||
         (st = rule == VNM_DX_EXACT ? sj_malloc(ctx, (size_t)(rows * cols) * 2, &c->WT) : double_prune(ctx, c)) != SJ_OK ||
         (st = sj_synchronize(ctx)) != SJ_OK) {
         st = error_prefix(st, "bench %s (setup)", bench_name(rule));
@@ -182,13 +174,6 @@ static sj_status launch_part(sj_context *ctx, bench_case *c, int part)
     default:
         return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: part %d: expected 0..%d", bench_name(c->rule), part, N_PARTS - 1);
     }
-}
-
-static sj_status launch(sj_context *ctx, bench_case *c)
-{
-    sj_status st = SJ_OK;
-    for (int part = 0; part < N_PARTS && st == SJ_OK; part++) st = launch_part(ctx, c, part);
-    return st;
 }
 
 /* dW's slots of W's row r, in the reference's order (2g + h for the real groups g), copied from
@@ -280,7 +265,6 @@ static int baseline(const sj_problem *p, baseline_step steps[BASELINE_MAX])
 
 static const bench_ops double_pruned_ops = {
     .setup = setup_double_pruned,
-    .launch = launch,
     .check = check,
     .flops = flops_double_pruned,
     .baseline = baseline,
@@ -291,7 +275,6 @@ static const bench_ops double_pruned_ops = {
 
 static const bench_ops exact_ops = {
     .setup = setup_exact,
-    .launch = launch,
     .check = check,
     .flops = flops_exact,
     .baseline = baseline,
