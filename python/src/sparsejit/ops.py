@@ -784,7 +784,7 @@ def _hybrid_dw_workspace(tokens: int, d_ff: int, width: int, backup_rows: int, d
     return n.value
 
 
-def _dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
+def _hybrid_dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
                out_dtype) -> tuple[HybridLayout, Problem]:
     """The plan of a hybrid_ffn_dw call after checking its operands (the fake's checks too)."""
     _name(x.dtype, "hybrid_ffn_dw: x")
@@ -815,7 +815,7 @@ def _hybrid_ffn_dw(x: torch.Tensor, dy: torch.Tensor, h: list[torch.Tensor], u_v
     for t, what in ((x, "x"), (dy, "dy")) + tuple(zip(pairs, ("u_values", "u_backup", "dg_values", "dg_backup",
                                                             "du_values", "du_backup"))):
         _check(t, f"hybrid_ffn_dw: {what}", 2)
-    lay, p = _dw_checks(x, dy, h, *pairs, sparsity, out_dtype)
+    lay, p = _hybrid_dw_checks(x, dy, h, *pairs, sparsity, out_dtype)
     for name, t in zip(HYBRID_ARRAYS, h):
         _check(t, f"hybrid_ffn_dw: h.{name}", t.dim())
     grads = tuple(torch.empty(lay.cols, x.shape[1], dtype=out_dtype or x.dtype, device=x.device) for _ in range(3))
@@ -833,7 +833,8 @@ hybrid_ffn_dw = torch.library.custom_op("sparsejit::hybrid_ffn_dw", _hybrid_ffn_
 
 @hybrid_ffn_dw.register_fake
 def _(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity, out_dtype=None):
-    lay, _ = _dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity, out_dtype)
+    lay, _ = _hybrid_dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
+                               out_dtype)
     return tuple(x.new_empty(lay.cols, x.shape[1], dtype=out_dtype or x.dtype) for _ in range(3))
 
 
