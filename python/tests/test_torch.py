@@ -519,7 +519,7 @@ def test_cached_plans_equal_freshly_built_structs(rng, dtype):
         assert _fields(lay_c) == _fields(lay)
         assert sizes == (lay.values_bytes // 2, lay.meta_bytes // 4, lay.index_bytes // 4)
         assert sizes == ops.vnm_sizes(rows, cols, vnm, dtype)
-        _, _, p = ops._spmm_plan(rows, cols, vnm, dtype, n, out)
+        _, _, p, _ = ops._spmm_plan(rows, cols, vnm, dtype, n, out)
         assert _fields(p) == _fields(_fresh_problem("sj_vnm_problem", lay, n, codes[out]))
         p = ops._dw_problem(rows, cols, vnm, dtype, n, out)
         assert _fields(p) == _fields(_fresh_problem("sj_vnm_dw_problem", lay, n, codes[out]))
@@ -557,8 +557,8 @@ def test_cached_plans_are_not_shared_across_dtypes_or_patterns():
     plans = {key: ops._spmm_plan(rows, cols, key[0], key[1], n, key[2]) for key in (
         ("64:2:8", f16, f16), ("64:2:8", bf16, bf16), ("64:2:8", f16, f32), ("64:2:4", f16, f16),
         ("128:2:8", f16, f16))}
-    assert len({id(p) for _, _, p in plans.values()}) == len(plans)
-    for (vnm, dt, out), (lay, _, p) in plans.items():
+    assert len({id(p) for _, _, p, _ in plans.values()}) == len(plans)
+    for (vnm, dt, out), (lay, _, p, _) in plans.items():
         v, _, m = (int(x) for x in vnm.split(":"))
         assert (lay.dtype, p.dtype) == ({f16: 1, bf16: 2}[dt],) * 2
         assert p.out_dtype == {f16: 1, bf16: 2, f32: 3}[out]
