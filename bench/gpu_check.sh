@@ -104,13 +104,13 @@ lr_shapes="11008x8192x4096 28672x8192x8192"; lr_ranks="8 32 128"
 for dt in $dtypes; do for s in $lr_shapes; do for v in 64 128; do for m in 8 16; do for r in $lr_ranks; do
   bench --op vnm-spmm --shape "$s" --dtype $dt --vnm "$v:2:$m" --rank $r
 done; done; done; done; done
-# vnm-spmm WG=1 (wgmma.sp, lib/vnm_spmm_wgmma.lua; in the tuning space, no default takes it before
-# these rows say so) against the default (mma.sp) in adjacent rows, f16 at the training step's
+# vnm-spmm WG=1 (wgmma.sp, lib/vnm_spmm_wgmma.lua; the sm_90a default at V=128 on its 128 x 256
+# tile since these rows said so, H100 a931ab9) against WG=0 (mma.sp) in adjacent rows, f16 at the training step's
 # forward (11008x8192x4096) and the largest shape, 2:4 .. 2:16: V=128 with two warpgroups sharing
 # the gathered B tile (BM=128) and with one (BM=64, two CTAs an SM), V=64 with one.
 for s in 11008x8192x4096 28672x8192x8192; do for m in 4 8 16; do
   [ $lean -eq 1 ] && [ "$s" != 11008x8192x4096 ] && continue
-  for c in "" "WG=1,BM=128,BN=256,WM=64,WN=256,STAGES=4" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
+  for c in "WG=0,BM=128,BN=128,WM=64,WN=64,STAGES=4" "" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
     bench --op vnm-spmm --shape "$s" --dtype f16 --vnm "128:2:$m" ${c:+--config $c}
   done
   for c in "" "WG=1,BM=64,BN=256,WM=64,WN=256,STAGES=3"; do
@@ -129,8 +129,8 @@ train_shapes="11008x4096x8192 4096x11008x8192 28672x8192x8192"; train_m="4 8 16"
 for dt in $train_dtypes; do for s in $train_shapes; do for m in $train_m; do for b in vnm-train vnm-train-exact; do
   bench --op $b --shape "$s" --dtype $dt --vnm "128:2:$m"
 done; done; done; done
-# dW alone: the default (WG=1 on sm_90a) against the warp-specialised WG=2 (in the tuning space,
-# no default takes it before these rows say so), W 11008 x 4096 and 28672 x 8192 over 8192 tokens.
+# dW alone: the default (WG=1 on sm_90a) against the warp-specialised WG=2 (in the tuning space;
+# 1.4-1.9x slower than WG=1 where measured, H100 489becb), W 11008 x 4096 and 28672 x 8192 over 8192 tokens.
 for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
   [ $lean -eq 1 ] && [ "$s" != 11008x4096x8192 ] && continue
   for c in "" "BG=32,BK=64,BM=128,STAGES=4,WG=2,WM=64,WN=128" "BG=64,BK=64,BM=64,STAGES=4,WG=2,WM=64,WN=256"; do

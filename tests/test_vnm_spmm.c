@@ -46,13 +46,16 @@ static sj_problem lowrank_problem(sj_dtype dt, sj_dtype out, int64_t rows, int64
 }
 
 
-/* Generates p (config cfg, NULL: default) on ctx and compiles it for arch; returns the cubin. */
+/* Generates p (config cfg, NULL: default) on ctx and compiles it for arch; returns the cubin.
+ * The source must hold the sparse MMA of its main loop: mma.sp, or wgmma.sp for WG=1. */
 static void *compile(sj_context *ctx, const sj_problem *p, const char *cfg, const char *arch, size_t *size,
                      sj_generated **gout)
 {
     sj_generated *g = NULL;
     SJ_ASSERT_OK(sj_generate(ctx, p, cfg, &g));
-    assert_non_null(strstr(g->source, "mma.sp::ordered_metadata.sync.aligned.m16n8k32"));
+    const char *mma = tu_config_value(g->config, "WG") == 1 ? "wgmma.mma_async.sp.sync.aligned"
+                                                             : "mma.sp::ordered_metadata.sync.aligned.m16n8k32";
+    if (!strstr(g->source, mma)) fail_msg("%s (%s): no %s in the source", g->entry, g->config, mma);
     void *cubin = NULL;
     char *log = NULL;
     SJ_ASSERT_OK(nvrtc_compile(g->source, g->entry, arch, &cubin, size, &log, NULL));
@@ -73,8 +76,10 @@ static sj_context *gen_context(void)
 static void test_template_compiles(void **state)
 {
     (void)state;
-    sj_context *ctx = gen_context();
-    /* The benchmark shapes' defaults (gather and 2:4 paths), and small ragged ones. */
+    sj_context *ctx = gen_context(), *ctx80 = tu_compile_context("sm_80");
+    assert_non_null(ctx80);
+    /* The benchmark shapes' defaults (gather and 2:4 paths), and small ragged ones, each for the
+     * arch it is the default of: on sm_90a V = 128 takes wgmma.sp (WG=1) where it fills a wave. */
     const struct { int64_t rows, n, k; int v, m; sj_dtype dt, out; int rank; } cases[] = {
         { 28672, 8192, 8192, 128, 8, SJ_DTYPE_F16, SJ_DTYPE_F16, 0 },
         { 28672, 8192, 8192, 64, 32, SJ_DTYPE_BF16, SJ_DTYPE_BF16, 0 },
@@ -88,14 +93,18 @@ static void test_template_compiles(void **state)
         sj_problem p = lowrank_problem(cases[i].dt, cases[i].out, cases[i].rows, cases[i].n, cases[i].k, cases[i].v,
                                        cases[i].m, cases[i].rank);
         size_t size;
-        void *cubin = compile(ctx, &p, NULL, "sm_80", &size, NULL);
+        void *cubin = compile(ctx80, &p, NULL, "sm_80", &size, NULL);
         assert_true(size > 0);
         free(cubin);
         sj_generated *g;
         cubin = compile(ctx, &p, NULL, "sm_90a", &size, &g);
+        const int wgmma = tu_config_value(g->config, "WG") == 1;
+        if (wgmma != (cases[i].v == 128 && !cases[i].rank && cases[i].rows >= 4096))
+            fail_msg("%s: the sm_90a default %s WG=1", g->config, wgmma ? "took" : "did not take");
         char *sass = tu_sass(cubin, size);
         if (sass) {
-            if (!strstr(sass, "HMMA.SP.16832.F32")) fail_msg("%s: no HMMA.SP.16832 in the SASS", g->entry);
+            const char *mma = wgmma ? "HGMMA.SP.64x256x32.F32" : "HMMA.SP.16832.F32";
+            if (!strstr(sass, mma)) fail_msg("%s: no %s in the SASS", g->entry, mma);
             /* the low-rank tail's dense MMAs, and none without a rank */
             if (!strstr(sass, "HMMA.16816.F32") != !p.lowrank_rank)
                 fail_msg("%s: HMMA.16816 %s in the SASS", g->entry, p.lowrank_rank ? "missing" : "present");
@@ -106,6 +115,7 @@ static void test_template_compiles(void **state)
         sj_generated_free(g);
         free(cubin);
     }
+    sj_context_destroy(ctx80);
     /* The compressor template (no op of its own: through the generator directly). */
     gen_state *gs;
     SJ_ASSERT_OK(rt_generator(ctx, &gs));

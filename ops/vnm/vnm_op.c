@@ -105,7 +105,7 @@ static void example_transpose(sj_problem *p)
 
 /* mma.sp on sparse tensor cores, on every target (WG=0), with a low-rank term its dense m16n8k16
  * tail (HMMA.16816) on U and Z after the sparse loop; on sm_90a wgmma.sp from the same cp.async
- * ring, one warpgroup per 64 rows (WG=1, not yet a default; no low-rank tail). */
+ * ring, one warpgroup per 64 rows (WG=1, the default at V = 128; no low-rank tail). */
 static const op_variant variants_spmm[] = {
     { .name = "sparse-mma-sync", .config = "WG=0", .arch = "sm_80", .sass = "HMMA.SP.16832.F32,LDGSTS",
       .sass_absent = "HGMMA,HMMA.16816" },
