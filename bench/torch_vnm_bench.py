@@ -2,15 +2,16 @@
 (torch.sparse.to_sparse_semi_structured) in the same process, at the V:N:M benchmark shapes,
 and the Python cost of one launch against a bare C launch through the same binding.
 
-    python bench/torch_vnm_bench.py [--csv FILE] [--quick]
+    python bench/torch_vnm_bench.py [--csv FILE] [--quick] [--launch-only]
 
 Rows: out x in weight, 8192 tokens, f16 and bf16, V = 128 at 2:4, 2:8, 2:16. Each time is the
 median of torch.utils.benchmark's blocked_autorange (>= 1 s per case), the cases of a shape
 interleaved. The launch cost: host time per call, over 2000 calls without synchronising, of
 torch.ops.sparsejit.vnm_spmm on a 128 x 128 x 8 problem (the GPU keeps up: the kernel takes a few
 us) and of its body as sparsejit's modules call it in eager mode (ops_for's choice, then
-sparsejit.ops.EAGER: no dispatcher) against sj_vnm_spmm called directly with prebuilt arguments (what both wrap). Needs
-torch and a GPU."""
+sparsejit.ops.EAGER: no dispatcher) against sj_vnm_spmm called directly with prebuilt arguments
+(what both wrap), and the eager body's pieces each alone (ops_for, the output's torch.empty, the
+context and stream, the data pointers). Needs torch and a GPU."""
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,13 @@ def launch_cost(calls: int = 2000) -> dict:
     dev = VnmDevice(lay, values.data_ptr(), meta.data_ptr(), index.data_ptr())
     args = (handle, ctypes.byref(p), ctypes.byref(dev), b.data_ptr(), c.data_ptr(), 1.0, 0.0, stream)
     bare = lambda: call("sj_vnm_spmm", *args)
+    # pieces of the eager body, each alone, to say where its overhead goes
+    pieces = (("piece: ops_for", lambda: sops.ops_for(b, values)),
+              ("piece: torch.empty (cuda)", lambda: torch.empty(rows, n, dtype=b.dtype, device=b.device)),
+              ("piece: context + stream", lambda: sops._ctx_stream(b)),
+              ("piece: 4 data_ptr", lambda: (values.data_ptr(), meta.data_ptr(), index.data_ptr(), b.data_ptr())))
     out = {}
-    for name, fn in (("torch op", op), ("eager body", eager), ("bare sj_vnm_spmm", bare)) * 2:
+    for name, fn in (("torch op", op), ("eager body", eager), ("bare sj_vnm_spmm", bare), *pieces) * 2:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
@@ -99,12 +105,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", help="also write the forward rows to this CSV file")
     ap.add_argument("--quick", action="store_true", help="one shape, f16 only")
+    ap.add_argument("--launch-only", action="store_true", help="the host cost per launch only, no forward rows")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     cost = launch_cost()
     print("# host us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))
+    if args.launch_only:
+        return
     dtypes = [torch.float16] if args.quick else [torch.float16, torch.bfloat16]
     shapes = [(11008, 4096)] if args.quick else [(11008, 4096), (4096, 11008), (28672, 8192)]
     rows = []
