@@ -193,6 +193,13 @@ seeds=5; [ $quick -eq 1 ] && seeds=3
 [ $lean -eq 0 ] && OUT="$out" bash "$root/bench/tune_compare.sh" "$cli" $seeds --warmup-ms 10 --rep-ms 40 2>&1 | tee "$out/tune.txt"
 bench --op vnm-spmm --shape 2048x2048x2048 --vnm 64:2:8
 "$build/sparsejit_bench_jit" | tee "$out/jit.txt"
+# The Python cost per launch (and its pieces) where torch is installed: the package from this tree
+# over this build's library.
+: >"$out/launch.txt"
+if [ -e "$build/libsparsejit.so" ] && python3 -c "import torch" 2>/dev/null; then
+  PYTHONPATH="$root/python/src:$root/bench${PYTHONPATH:+:$PYTHONPATH}" SPARSEJIT_LIBRARY="$build/libsparsejit.so" \
+    python3 "$root/bench/torch_vnm_bench.py" --launch-only 2>&1 | tail -1 | tee "$out/launch.txt"
+fi
 
 # The bench rows as bench/RESULTS.md's tables, one per op (bench/results_md.py). The commit: git's, or
 # $SPARSEJIT_COMMIT where the tree came without its .git (a device machine's copy).
@@ -203,6 +210,7 @@ python3 "$root/bench/results_md.py" "$csv" --gpu "$gpu" --commit "$commit" >"$ou
 echo
 echo "== tests"; cat "$summary"
 echo "== tuning"; cat "$out/tune.txt"
+echo "== Python host cost per launch"; cat "$out/launch.txt"
 echo "== training step: parts timed alone (median us)"; grep "parts, each alone" "$out/bench.log"
 echo "== training step: activations kept for the backward"; grep "activations: " "$out/bench.log"
 echo "== bench (median us; speedup = cuBLAS dense time / sparsejit time, same process, interleaved)"
