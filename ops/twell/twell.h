@@ -17,9 +17,10 @@ extern const harness_ops harness_twell_gate, harness_twell_ffn; /* twell_harness
  * computes the elements it reads (twell_inputs.c). Each matrix has its own stream of the seed. */
 enum { TWELL_STREAM_X = 1, TWELL_STREAM_WG, TWELL_STREAM_WU, TWELL_STREAM_WD, TWELL_STREAM_H };
 
-/* The non-zero fraction of a problem's generated activations (m x d_ff for twell-ffn, m x n for
- * the gates): 1 - twell_sparsity (with at least 64 non-zeros expected, so a reference has
- * something to compare), else C / (2T) (tiles then hold C/2 on average and rarely overflow). */
+/* The non-zero fraction of a problem's generated activations (m x d_ff for twell-ffn and the
+ * hybrid FFN ops, m x n for the gates): 1 - twell_sparsity (with at least 64 non-zeros expected,
+ * so a reference has something to compare), else C / (2T) (tiles then hold C/2 on average and
+ * rarely overflow). */
 double twell_target_density(const sj_problem *p);
 
 /* The gate's inputs for a twell-gate problem (m tokens, n = d_ff, k = d_model): X (m x k) and

@@ -14,7 +14,10 @@
 double twell_target_density(const sj_problem *p)
 {
     if (p->twell_sparsity > 0) {
-        double cells = (double)p->m * (double)(p->op == SJ_OP_TWELL_FFN ? p->d_ff : p->n);
+        /* the activations are tokens x d_ff: the gates' n, the FFN ops' d_ff (their n is d_model) */
+        int ffn = p->op == SJ_OP_TWELL_FFN || p->op == SJ_OP_HYBRID_FFN_FWD || p->op == SJ_OP_HYBRID_FFN_DX ||
+                  p->op == SJ_OP_HYBRID_FFN_DW;
+        double cells = (double)p->m * (double)(ffn ? p->d_ff : p->n);
         double d = 1.0 - p->twell_sparsity, lo = 64.0 / cells;
         return d < lo ? (lo < 1 ? lo : 1) : d;
     }
