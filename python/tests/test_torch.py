@@ -204,6 +204,25 @@ def test_lowrank_state_dict_round_trip_on_the_cpu():
     assert torch.count_nonzero(sparsejit.nn.VNMLinear(64, 64, rank=8).lowrank_u) == 0  # starts as the sparse layer
 
 
+@pytest.mark.parametrize("tokens", [16, 13])
+def test_tokens_last_pads_with_zeros_and_skips_a_transposed_copy(tokens):
+    """features x tokens' with zeros past the tokens; a contiguous C's transpose (a VNMLinear's
+    output, or an element-wise op of it) comes back as C itself when no padding is needed."""
+    from sparsejit.nn import _tokens_last
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 24, generator=g)
+    pad = (-tokens) % 8
+    b = _tokens_last(x, pad)
+    assert b.shape == (24, tokens + pad) and b.is_contiguous()
+    assert torch.equal(b[:, :tokens], x.t()) and not b[:, tokens:].any()
+    c = torch.randn(24, tokens + pad, generator=g)
+    y = torch.relu(c[:, :tokens].t())  # keeps c's strides (column-major tokens x features)
+    b = _tokens_last(y, pad)
+    assert torch.equal(b[:, :tokens], y.t()) and not b[:, tokens:].any()
+    if not pad:
+        assert b.data_ptr() == y.data_ptr()  # no copy
+
+
 def test_vnm_linear_refuses_an_unknown_backward():
     with pytest.raises(ValueError, match="backward 'sparse': expected one of"):
         sparsejit.nn.VNMLinear(64, 64, "64:2:8", backward="sparse")

@@ -41,8 +41,18 @@ BACKWARDS = ("exact", "double_pruned", "dense")
 
 def _tokens_last(t: torch.Tensor, pad: int) -> torch.Tensor:
     """tokens x features -> features x (tokens + pad), tokens contiguous, zeros in the padding
-    (the kernels take tokens in multiples of 8; zero tokens add nothing to any product)."""
-    return torch.nn.functional.pad(t, (0, 0, 0, pad)).t().contiguous()
+    (the kernels take tokens in multiples of 8; zero tokens add nothing to any product).
+    Without padding, a t whose transpose is contiguous is returned as that view, uncopied: a
+    VNMLinear's output is the transpose of its kernel's contiguous C, and element-wise ops keep
+    those strides, so in a stack of VNMLinear layers only the first input is transposed. With
+    padding: one transposing copy into a buffer whose padding is zeroed."""
+    if not pad:
+        return t.t().contiguous()
+    tokens, features = t.shape
+    out = t.new_empty((features, tokens + pad))
+    out[:, :tokens].copy_(t.t())
+    out[:, tokens:].zero_()
+    return out
 
 
 def _spmm(b, values, meta, index, u, z, rows: int, cols: int, vnm: str) -> torch.Tensor:
