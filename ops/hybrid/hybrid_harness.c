@@ -96,16 +96,7 @@ static sj_status gate_read(harness *h, void *host)
 static sj_status gate_reference(harness *h)
 {
     gate_state *s = h->state;
-    const sj_problem *p = &h->problem;
-    h->reference = malloc(h->out_count * sizeof *h->reference);
-    if (!h->reference) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
-    sj_status st = harness_reference_gemm(h->ctx, p->dtype, s->X, s->Wg, p->m, p->n, p->k, h->reference);
-    if (st != SJ_OK) return st;
-    for (size_t i = 0; i < h->out_count; i++)
-        if (h->reference[i] < 0) h->reference[i] = 0;
-    sj_free(h->ctx, s->Wg);
-    s->Wg = 0;
-    return SJ_OK;
+    return twell_gate_reference(h, s->X, &s->Wg);
 }
 
 static double gate_flops(const sj_problem *p) { return 2.0 * (double)p->m * (double)p->n * (double)p->k; }

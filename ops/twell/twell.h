@@ -37,6 +37,10 @@ void twell_gate_inputs_free(twell_gate_law *law);
  * NULL, Wg (k x n: WgT transposed, as the reference kernel takes it). What it allocated before a
  * failure stays set for the caller to free. */
 sj_status twell_gate_write(sj_context *ctx, const twell_gate_law *law, sj_devptr *X, sj_devptr *WgT, sj_devptr *Wg);
+/* The gates' reference, relu(X . Wg) in fp64 into h->reference (h->out_count elements, the
+ * problem's m x n), from the device's X and Wg (k x n); frees *Wg and zeroes it once done: the
+ * twell gate's and the hybrid gate's harnesses share it. */
+sj_status twell_gate_reference(harness *h, sj_devptr X, sj_devptr *Wg);
 
 /* The fused FFN's inputs for a twell-ffn problem (m tokens, n = k = d_model, d_ff): X (m x
  * d_model), WuT and Wd (d_ff x d_model) uniform in [-1, 1), and H (m x d_ff) as a ReLU leaves

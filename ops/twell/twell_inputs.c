@@ -113,3 +113,17 @@ sj_status twell_ffn_inputs(const sj_problem *p, uint64_t seed, twell_ffn_law *la
     law->H = (crng_activations){ p->dtype, crng_key(seed, TWELL_STREAM_H), M, F, law->threshold };
     return SJ_OK;
 }
+
+sj_status twell_gate_reference(harness *h, sj_devptr X, sj_devptr *Wg)
+{
+    const sj_problem *p = &h->problem;
+    h->reference = malloc(h->out_count * sizeof *h->reference);
+    if (!h->reference) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for the reference");
+    sj_status st = harness_reference_gemm(h->ctx, p->dtype, X, *Wg, p->m, p->n, p->k, h->reference);
+    if (st != SJ_OK) return st;
+    for (size_t i = 0; i < h->out_count; i++)
+        if (h->reference[i] < 0) h->reference[i] = 0;
+    sj_free(h->ctx, *Wg); /* the reference is done with it */
+    *Wg = 0;
+    return SJ_OK;
+}
