@@ -137,3 +137,8 @@ def test_tune_argument_errors():
         sparsejit.tune("gemm", "256x256x256", strategy="annealing", cache="")
     with pytest.raises(sparsejit.InvalidArgumentError, match="budget_trials"):
         sparsejit.tune("gemm", "256x256x256", budget_trials=-1, cache="")
+    # the CLI's --rank: vnm-spmm only, a multiple of 8 in 8..128
+    with pytest.raises(sparsejit.InvalidArgumentError, match="rank"):
+        sparsejit.tune("gemm", "256x256x256", rank=8, cache="")
+    with pytest.raises(sparsejit.InvalidArgumentError, match="rank"):
+        sparsejit.bench("vnm-spmm", "256x256x256", vnm="64:2:8", rank=12, cache="")
