@@ -22,6 +22,10 @@
 -- wgmma's 128-byte pattern, the ring aligned to 1024 bytes), as the twell gate's WG=1 does; WM=64
 -- and WN=BN name the warpgroup's tile. WG=0: warps of WM x WN on ldmatrix + mma.sync.
 --
+-- GROUP_M: the order of the CTAs. 0 (the default): every row tile of a column tile before the next
+-- column tile; 1..64: GROUP_M row tiles walk all column tiles together (as the SpMM's raster), so a
+-- wave streams fewer distinct dY rows from HBM (a tuning-space variant, not yet timed).
+--
 -- WG=2 (sm_90a; a tuning-space variant, correct but 1.4-1.9x slower than WG=1 on the H100): warp
 -- specialised. Warpgroup 0 produces: it waits for a stage to be empty (mbarrier), gathers its dY
 -- and X rows with cp.async, and STAGES-2 stages later, once its own copies of a stage have
@@ -33,7 +37,7 @@ local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local vnm = require "lib.vnm_common"
 
-local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES", "WG" }
+local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES", "WG", "GROUP_M" }
 local MAX_ACC = 128             -- fp32 accumulators per thread
 local BM_EDGES = { 16, 32, 64, 128 }
 local BG_EDGES = { 8, 16, 32, 64 }
@@ -127,6 +131,9 @@ local function valid(problem, cfg)
     return false, "WG=" .. cfg.WG .. " must be 0 (mma.sync), 1 (wgmma) or 2 (wgmma, warp specialised)"
   end
   if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..4" end
+  if cfg.GROUP_M < 0 or cfg.GROUP_M > 64 then
+    return false, "GROUP_M=" .. cfg.GROUP_M .. " must be 0 (every row tile inner) or 1..64 (row tiles per raster group)"
+  end
   local nk = cdiv(problem.K, BK)
   if cfg.STAGES > nk + 1 then return false, string.format("STAGES=%d exceeds the %d token stages plus one", cfg.STAGES, nk) end
   local L = layout(problem)
@@ -142,7 +149,7 @@ local function space(problem)
   local wn = { table.unpack(WN_EDGES) }
   local wg = { 0 }
   if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1; wg[3] = 2 end
-  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg }
+  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg, GROUP_M = { 0, 8, 16, 32 } }
 end
 
 -- Candidates in order of preference, first valid wins. On sm_90a with V >= 128 and at least 64
@@ -152,12 +159,12 @@ end
 -- than WG=0). Elsewhere WG=0: BM as large as the V block allows (the gathered X rows are shared
 -- by more rows), 128 gathered columns, 64-token stages.
 local PREFERRED = {
-  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1 },
-  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0 },
-  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0 },
-  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0 },
-  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3, WG = 0 },
-  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0 },
+  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1, GROUP_M = 0 },
+  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0 },
+  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0 },
+  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0 },
+  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0 },
+  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0, GROUP_M = 0 },
 }
 
 -- The first of tiles that is valid for problem and accepted (accept may be nil), STAGES clamped to
@@ -187,7 +194,7 @@ end
 -- (bench/NOTES.md). An algorithm with no valid tile for the problem is left out.
 local WGMMA_TILES = {}
 for _, t in ipairs({ { 128, 64, 3 }, { 64, 32, 3 }, { 64, 16, 3 }, { 64, 8, 2 } }) do
-  WGMMA_TILES[#WGMMA_TILES + 1] = { BM = t[1], BG = t[2], BK = 64, WM = 64, WN = 4 * t[2], STAGES = t[3], WG = 1 }
+  WGMMA_TILES[#WGMMA_TILES + 1] = { BM = t[1], BG = t[2], BK = 64, WM = 64, WN = 4 * t[2], STAGES = t[3], WG = 1, GROUP_M = 0 }
 end
 
 local function variants(problem)
@@ -229,7 +236,7 @@ local function generate(problem, cfg)
     ROWB = BK * 2, A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2,
     IT_A = cdiv(BM * CH, LT), IT_B = cdiv(BN * CH, LT), A_CH = BM * CH, B_CH = BN * CH, LT = LT,
     LAG = STAGES - 2, BAR_OFF = math.max(pipe_bytes(cfg), epi_bytes(cfg)) + BN * 4,
-    NK = cdiv(K, BK), TM = TM, G = L.G, GP = L.GP, KTP = L.KTP, HKTP = L.KTP // 2,
+    NK = cdiv(K, BK), TM = TM, TN = TN, G = L.G, GP = L.GP, KTP = L.KTP, HKTP = L.KTP // 2,
     MI = WM // 16, NI = WN // 8, NJ = WN // 16, KK = BK // 16,
     LDS = BN + PAD, IDX_OFF = math.max(pipe_bytes(cfg), epi_bytes(cfg)),
     ITEMS = (BM // 16) * (BG // 8) * 128, KTC = BG // 8,
@@ -237,11 +244,12 @@ local function generate(problem, cfg)
     -- distinct bank groups (64-byte rows pair up, so BK=32 XORs with row/2)
     SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
     gp_tail = L.GP % BG ~= 0,
-    out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG,
+    out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG, GROUP_M = math.min(cfg.GROUP_M, TM),
     prelude = cuda.prelude(problem.dtype) .. (WG >= 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
   }
   e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d%s",
                           problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES, WG == 2 and "_ws" or WG == 1 and "_wg" or "")
+            .. (cfg.GROUP_M > 0 and "_g" .. cfg.GROUP_M or "")
 
   local kernel = emit.render(here(), [[
 typedef ${T} InT;
@@ -257,8 +265,18 @@ extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
   extern __shared__ __align__(128) unsigned char sj_smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / ${WARPS_N}, warp_n = warp % ${WARPS_N};
+$ if GROUP_M == 0 then
   /* Row tiles inner: the CTAs of one wave share the groups' metadata rows and, per V block, X. */
   const int tile_m = blockIdx.x % ${TM}, tile_n = blockIdx.x / ${TM};
+$ else
+  /* Grouped raster: GROUP_M row tiles walk the column tiles together, so a wave reads the dY rows
+     of GROUP_M row tiles (streamed over the tokens) once from HBM instead of every row tile's once
+     per column tile, and X's gathered rows stay shared within a V block's column tiles. */
+  const int group = blockIdx.x / ${GROUP_M * TN}, in_group = blockIdx.x - group * ${GROUP_M * TN};
+  const int first_m = group * ${GROUP_M};
+  const int group_rows = (${TM} - first_m < ${GROUP_M}) ? ${TM} - first_m : ${GROUP_M};
+  const int tile_m = first_m + in_group % group_rows, tile_n = in_group / group_rows;
+$ end
   const int row0 = tile_m * ${BM}, g0 = tile_n * ${BG};
   const int rb = row0 / ${V};
 $ if WG >= 1 then

@@ -220,14 +220,16 @@ static void test_dw_configs(void **state)
         { "BM=64,BG=16,BK=32,WM=16,WN=32,STAGES=3,WG=0", 333 },   /* 8 warps */
         { "BM=32,BG=32,BK=64,WM=32,WN=16,STAGES=2,WG=0", 333 },   /* BG past the padded groups' multiple */
         { "BM=128,BG=64,BK=64,WM=64,WN=64,STAGES=3,WG=0", 565 },  /* 256 gathered columns */
+        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0,GROUP_M=8", 333 }, /* grouped raster: 19 row tiles, 8 + 8 + 3 */
         { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=1", 333 },    /* wgmma: one warpgroup, n32 */
         { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1", 333 }, /* two warpgroups, n128 */
         { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1", 565 }, /* n256, BG past the padded groups */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,GROUP_M=2", 565 }, /* 3 row tiles in groups of 2 + 1 */
         { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=2", 333 },    /* producer + one consumer, LAG 0 */
         { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=2", 333 }, /* two consumers, LAG 2 */
         { "BM=64,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=2", 565 },  /* n256 */
     };
-    const size_t n = has_wgmma(ctx) ? sizeof cfgs / sizeof *cfgs : 5;
+    const size_t n = has_wgmma(ctx) ? sizeof cfgs / sizeof *cfgs : 6;
     for (size_t i = 0; i < n; i++) {
         const int64_t rows = 300, tokens = 136;
         double err = run_dw_config(ctx, cfgs[i].config, SJ_DTYPE_BF16, SJ_DTYPE_F32, 128, 8, rows, cfgs[i].cols, tokens, &rng);
