@@ -131,10 +131,11 @@ void op_normalize(const sj_problem *p, sj_problem *out)
     if (reads & OP_READS_TWELL) {
         out->twell_tile = p->twell_tile;
         out->twell_capacity = p->twell_capacity;
-        /* the cache keeps a winner per input law (sparsity, skew): so must the table, or a
+        /* the cache keeps a winner per input law (sparsity, skew, dead): so must the table, or a
          * process would keep using the winner of the first sparsity it ran */
         out->twell_sparsity = p->twell_sparsity;
         out->twell_skew = p->twell_skew;
+        out->twell_dead = p->twell_dead;
     }
     if (reads & OP_READS_D_FF) out->d_ff = p->d_ff;
     if (reads & OP_READS_LOWRANK) out->lowrank_rank = p->lowrank_rank;

@@ -51,7 +51,7 @@ SJ_API const char *sj_version_string(void);
 /* The binary interface: bumped whenever a public struct, enum or signature changes, so a binding
  * that reaches the library through its C ABI (ctypes in python/) can refuse a library it does not
  * match. sj_abi_version() is the number the library was built with. */
-#define SJ_ABI_VERSION 2
+#define SJ_ABI_VERSION 3
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
@@ -205,6 +205,13 @@ typedef struct sj_problem {
                                        tokens share their busy units as in trained models. In
                                        [0, SJ_TWELL_MAX_SKEW]; needs twell_sparsity >= 0.5; the
                                        cache key carries it. */
+    double twell_dead;              /* TwELL and hybrid ops: the share of d_ff units that never
+                                       fire in those inputs (a random set of round(dead x d_ff)
+                                       units), the others firing as twell_skew says with their
+                                       mean raised so the activations keep twell_sparsity, as
+                                       trained models have dead units. In [0, SJ_TWELL_MAX_DEAD];
+                                       > 0 needs twell_sparsity > 0 and (1 - twell_sparsity) /
+                                       (1 - dead) <= 0.5; the cache key carries it. */
     int lowrank_rank;               /* vnm-spmm: the rank r of a low-rank term U . Z added in the
                                        same kernel (sj_vnm_spmm_lowrank); 0: none, else
                                        SJ_LOWRANK_MIN_RANK..SJ_LOWRANK_MAX_RANK, a multiple of 8.
@@ -215,6 +222,7 @@ typedef struct sj_problem {
 #define SJ_LOWRANK_MAX_RANK 128
 
 #define SJ_TWELL_MAX_SKEW 4.0
+#define SJ_TWELL_MAX_DEAD 0.9
 /* The widest TwELL tile: a column within a tile must fit an entry's 16 index bits. */
 #define SJ_TWELL_MAX_TILE 65536
 

@@ -141,6 +141,16 @@ check2 "sparsity '1': expected a fraction of zeros in (0, 1)" bench --op ffn-tra
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
+# --dead: the share of never-firing units, in the key; refused outside [0, 0.9], where the live
+# units cannot carry the sparsity's non-zeros, and by ops that do not generate activations
+"$cli" gen --op hybrid-ffn-fwd --shape 64x256x256 --d-ff 1024 --skew 1 --dead 0.25 | head -1 | grep -q "S=0.99,A=1,D=0.25" ||
+  fail "gen --dead: the problem must carry it"
+for d in -0.1 0.95 x; do
+  check2 "--dead '$d': expected a share of units in [0, 0.9]" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --dead "$d"
+done
+check2 "problem.twell_dead = 0.9 with problem.twell_sparsity = 0.9 leaves the live units a mean rate of 1: expected at most 0.5" \
+  gen --op hybrid-ffn-dx --shape 64x256x256 --d-ff 1024 --sparsity 0.9 --dead 0.9
+check2 "--dead does not apply to --op vnm-spmm" gen --op vnm-spmm --shape 256x64x512 --dead 0.2
 # --rank: vnm-spmm's low-rank term, in the key and the kernel's arguments; refused outside 8..128 or off a multiple of 8
 check2 "--rank '256' is out of range; expected an integer in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 256
 check2 "problem.lowrank_rank = 12: expected 0 (none) or a multiple of 8 in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 12
