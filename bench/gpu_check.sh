@@ -150,6 +150,8 @@ for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for
     bench --op $b --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
   done
 done; done; done
+# skewed with a fifth of the units dead (--dead: trained models' never-firing units), 99%
+bench --op ffn-train --shape 8192x4096x4096 --d-ff 11008 --dtype bf16 --sparsity 0.99 --skew 1 --dead 0.2
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)
