@@ -190,7 +190,7 @@ __device__ __forceinline__ void sj_dx_sts64(sj_u32 addr, unsigned long long v) {
   asm volatile("st.shared.b64 [%0], %1;" :: "r"(addr), "l"(v) : "memory"); }
 
 $ -- Shape, V:N:M and config are constants; the int arguments only keep the op's ABI.
-extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
+extern "C" __global__ void __launch_bounds__(${THREADS}, 1) ${entry}(
     const InT* __restrict__ W_values, const sj_u32* __restrict__ W_meta, const int* __restrict__ W_index,
     const InT* __restrict__ dY, OutT* __restrict__ dX, int M_arg, int N_arg, int K_arg)
 {
@@ -232,21 +232,19 @@ $ end
 #pragma unroll
     for (int i = 0; i < ${IT_A}; ++i) {
       const int w = tid + i * ${THREADS};
-      a_val[i] = 0u;
-      a_nib[i] = 0u;
-$ if A_ITEMS % THREADS ~= 0 then
-      if (w >= ${A_ITEMS}) continue;
-$ end
       const int t = w >> 7, item = w & 127, ln = item >> 2, reg = item & 3;
       const int r = 8 * (reg & 1) + (ln >> 2), c = 4 * (reg >> 1) + (ln & 3);
       const int row = row0 + (t / ${KTC}) * 16 + r, g = (g0 & ~7) + (t % ${KTC}) * 8 + c;
-      if (g < g0 || g >= g0 + ${BG}) continue;
-      a_nib[i] = 16u;
-      if (g >= ${GP}) continue;
-      const int kt = g >> 3;
-      a_val[i] = *(const sj_u32*)(W_values + ((((long long)(row >> 4) * ${KTP} + kt) * 32 + ln) * 4 + reg) * 2);
-      const sj_u32 word = W_meta[((long long)(row >> 4) * ${HKTP} + (kt >> 1)) * 32 + 4 * (r & 7) + 2 * (kt & 1) + (c >> 2)];
-      a_nib[i] |= (word >> (16 * (r >> 3) + 4 * (c & 3))) & 0xfu;
+      const bool mine = ${A_ITEMS % THREADS ~= 0 and "w < " .. A_ITEMS .. " && " or ""}g >= g0 && g < g0 + ${BG};
+      sj_u32 val = 0u, nib = mine ? 16u : 0u;
+      if (mine && g < ${GP}) {
+        const int kt = g >> 3;
+        val = *(const sj_u32*)(W_values + ((((long long)(row >> 4) * ${KTP} + kt) * 32 + ln) * 4 + reg) * 2);
+        const sj_u32 word = W_meta[((long long)(row >> 4) * ${HKTP} + (kt >> 1)) * 32 + 4 * (r & 7) + 2 * (kt & 1) + (c >> 2)];
+        nib |= (word >> (16 * (r >> 3) + 4 * (c & 3))) & 0xfu;
+      }
+      a_val[i] = val;
+      a_nib[i] = nib;
     }
   };
   /* At[row][4 gl + p] of the fetched pairs: the 2 kept values at their positions, zeros at the
