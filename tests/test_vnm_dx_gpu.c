@@ -27,19 +27,6 @@ static const sj_dtype OUTS[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16, SJ_DTYPE_F32 };
 
 static double tolerance(sj_dtype in, sj_dtype out) { return in == SJ_DTYPE_BF16 || out == SJ_DTYPE_BF16 ? 1e-2 : 5e-3; }
 
-/* A random W (rows x cols) pruned to V:2:M by magnitude on the host, and on the device when d. */
-static void random_w(sj_context *ctx, sj_dtype dt, int v, int m, int64_t rows, int64_t cols, uint64_t *rng,
-                     sj_vnm_host *h, sj_vnm_device *d)
-{
-    sj_vnm_layout l;
-    SJ_ASSERT_OK(sj_vnm_layout_init(&l, dt, v, 2, m, rows, cols));
-    uint16_t *A = malloc((size_t)(rows * cols) * 2);
-    tu_fill16(dt, A, (size_t)(rows * cols), 1.0f, rng);
-    SJ_ASSERT_OK(sj_vnm_compress(&l, A, cols, SJ_VNM_PRUNE_L2, h));
-    free(A);
-    if (d) SJ_ASSERT_OK(sj_vnm_upload(ctx, h, d));
-}
-
 static void problem_of(sj_problem *p, int v, int m, int64_t rows, int64_t cols, int64_t tokens)
 {
     sj_problem_init(p, SJ_OP_VNM_DX, SJ_DTYPE_F16, rows, cols, tokens);
@@ -126,7 +113,7 @@ static void test_entry_points_refuse(void **state)
     sj_context *ctx = tu_compile_context("sm_90a");
     assert_non_null(ctx);
     sj_vnm_host h;
-    random_w(ctx, SJ_DTYPE_F16, 64, 8, 128, 96, &rng, &h, NULL);
+    tu_random_vnm(ctx, SJ_DTYPE_F16, 64, 8, 128, 96, &rng, &h, NULL);
     sj_vnm_device W = { .layout = h.layout, .values = 4096, .meta = 8192, .index = 16384 };
     sj_problem p;
     SJ_ASSERT_OK(sj_vnm_dx_problem(&h.layout, 64, SJ_DTYPE_F32, &p));
@@ -161,7 +148,7 @@ static void test_sampled_reference(void **state)
         const sj_dtype dt = DTS[mi % 2];
         const int64_t rows = 150, cols = 21 * MS[mi] + 5, tokens = 24;
         sj_vnm_host h;
-        random_w(NULL, dt, 64, MS[mi], rows, cols, &rng, &h, NULL);
+        tu_random_vnm(NULL, dt, 64, MS[mi], rows, cols, &rng, &h, NULL);
         const crng_matrix law = { dt, crng_key(rng, 2), rows, tokens, NULL };
         uint16_t *dY = malloc((size_t)(rows * tokens) * 2);
         float *whole = malloc((size_t)(cols * tokens) * sizeof *whole);
@@ -196,7 +183,7 @@ static double run_dx(sj_context *ctx, const char *config, sj_dtype dt, sj_dtype 
 {
     sj_vnm_host h;
     sj_vnm_device W;
-    random_w(ctx, dt, v, m, rows, cols, rng, &h, &W);
+    tu_random_vnm(ctx, dt, v, m, rows, cols, rng, &h, &W);
     uint16_t *dY = malloc((size_t)(rows * tokens) * 2);
     tu_fill16(dt, dY, (size_t)(rows * tokens), 1.0f, rng);
     const size_t n = (size_t)(cols * tokens), osz = sj_dtype_size(od);
