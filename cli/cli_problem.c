@@ -11,7 +11,7 @@
 
 static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
-    "                     vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens, i.e.\n"
+    "                     vnm-dw, vnm-dx, vnm-train*: rows of W x cols of W x tokens, i.e.\n"
     "                     out x in x T of the layer Y = W . X; vnm-compress, vnm-transpose:\n"
     "                     rows x 1 x cols; twell-gate, hybrid-gate: tokens x d_ff x d_model;\n"
     "                     twell-ffn, twell-ffn-block, hybrid-ffn-*, ffn-train: tokens x d_model x\n"

@@ -9,7 +9,8 @@
 
 /* Defined with their ops (ops/<family>/<family>_op.c). */
 extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose,
-    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx, op_hybrid_ffn_dw, op_hybrid_transpose;
+    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx, op_hybrid_ffn_dw, op_hybrid_transpose,
+    op_vnm_dx;
 
 static const op_desc *const table[] = {
     &op_gemm,
@@ -19,6 +20,7 @@ static const op_desc *const table[] = {
     &op_vnm_compress,
     &op_vnm_dw,
     &op_vnm_transpose,
+    &op_vnm_dx,
     &op_hybrid_gate,
     &op_gmp_prune,
     &op_hybrid_ffn_fwd,

@@ -175,11 +175,13 @@ typedef enum sj_op {
     SJ_OP_HYBRID_FFN_FWD = 10, /* u at H's active pairs, Y = (H (.) u) . Wd (training forward) */
     SJ_OP_HYBRID_FFN_DX = 11,  /* sampled dh, dg, du at H's active pairs, dX (training backward) */
     SJ_OP_HYBRID_FFN_DW = 12,  /* dWgT, dWuT, dWd from H's per-pair values (training backward) */
-    SJ_OP_HYBRID_TRANSPOSE = 13 /* the per-unit token lists of a hybrid matrix, on the device */
+    SJ_OP_HYBRID_TRANSPOSE = 13, /* the per-unit token lists of a hybrid matrix, on the device */
+    SJ_OP_VNM_DX = 14          /* dX = W_vnm^T . dY, exact, from W's compressed form (training) */
 } sj_op;
 
 /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
- * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose" */
+ * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose",
+ * "vnm-dx" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -437,7 +439,8 @@ SJ_API sj_status sj_vnm_dw_host(const sj_vnm_host *W, const void *dY, const void
  *   forward:          sj_vnm_spmm on W (sj_vnm_problem(W, tokens)), B = X, C = Y;
  *   dX double-pruned: sj_vnm_double_prune once per weight update, then sj_vnm_spmm on WT2
  *                     (sj_vnm_problem(WT2, tokens)), B = dY, C = dX;
- *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm);
+ *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm; the default), or the
+ *                     candidate sj_vnm_dx (from W's compressed form, 4/M of the dense work);
  *   dW:               sj_vnm_dw into a buffer of W's value layout. */
 
 /* The SJ_OP_VNM_DW problem of dW for W of layout over tokens (m = rows, n = cols, k = tokens). */
@@ -463,6 +466,17 @@ SJ_API sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, co
  * rows x tokens. */
 SJ_API sj_status sj_vnm_dx_exact(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, sj_devptr dY, sj_devptr dX,
                                  int64_t tokens, sj_dtype out_dtype, void *stream);
+/* The SJ_OP_VNM_DX problem of dX for W of layout over tokens (m = rows, n = cols, k = tokens). */
+SJ_API sj_status sj_vnm_dx_problem(const sj_vnm_layout *W, int64_t tokens, sj_dtype out_dtype, sj_problem *out);
+/* The exact dX = W^T . dY straight from W's compressed form (templates/vnm_dx.lua): per row
+ * block of V rows, the kept values in the block's 4 selected columns of each group times dY's V
+ * rows on dense tensor cores (4/M of the dense product's work), scattered into an fp32 tile per
+ * CTA in a fixed order (deterministic). dY is rows x tokens (problem->dtype), dX cols x tokens
+ * (problem->out_dtype), row-major, tokens a multiple of 8; every element of dX is written. Needs
+ * no W^T and no workspace. A candidate: written without a GPU, not yet run on one, so
+ * sj_vnm_dx_exact stays the default of every caller. */
+SJ_API sj_status sj_vnm_dx(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *W, sj_devptr dY, sj_devptr dX,
+                           void *stream);
 
 /* Gradual magnitude pruning (Zhu and Gupta) ending in a V:2:M pattern. At the pruning steps
  * t = start_step + j * interval, j = 0..n_steps, the target sparsity is

@@ -6,5 +6,6 @@
 
 extern const harness_ops harness_vnm;    /* vnm_harness.c */
 extern const harness_ops harness_vnm_dw; /* vnm_dw_harness.c */
+extern const harness_ops harness_vnm_dx; /* vnm_dx_harness.c */
 
 #endif

@@ -10,7 +10,7 @@ from sparsejit._lib import InvalidArgumentError, Problem, call, lib
 
 DTYPES = ("f16", "bf16", "f32")
 OPS = ("gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose", "hybrid-gate", "gmp-prune",
-       "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose")
+       "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose", "vnm-dx")
 #: The front ends' values for parameters left unset (the CLI's and the Lua module's).
 DEFAULT_VNM = "64:2:8"
 DEFAULT_TWELL = "128:16"
