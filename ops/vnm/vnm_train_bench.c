@@ -26,8 +26,8 @@
  * vnm-train is the double-pruned product's, not the exact one. FLOPs are the parts' own harness
  * counts: the two vnm-spmm (kept non-zeros only), vnm-dw's, and for vnm-train-exact the dense
  * gemm's count of dX (its transpose counts none), so its TFLOP/s is not comparable with
- * vnm-train's: compare times. Each part is also timed alone (bench_ops.launch_part). Nothing
- * here has run on a GPU yet: its numbers and its check at the largest shapes are unmeasured. */
+ * vnm-train's: compare times. Each part is also timed alone (bench_ops.launch_part); the
+ * measured rows are in bench/RESULTS.md. */
 #include "tuner/bench.h"
 #include "core/error.h"
 #include "ops/gemm/gemm.h"
