@@ -45,7 +45,8 @@ local BK_EDGES = { 32, 64 }
 local WM_EDGES = { 16, 32, 64 }
 local WN_EDGES = { 16, 32, 64 }     -- WG=0's warp tiles; WG=1 takes WN = 4 * BG
 local V_VALUES = { 16, 32, 64, 128 }
-local PAD = 4                   -- floats of padding per row of the epilogue's tile
+local PAD = 8                   -- floats of padding per row of the epilogue's tile: 8 rows' float2
+                                -- stores (a half warp: 4 rows x 4 column pairs) hit distinct banks
 
 local cdiv = vnm.cdiv
 
@@ -245,6 +246,8 @@ local function generate(problem, cfg)
     SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
     gp_tail = L.GP % BG ~= 0,
     out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG, GROUP_M = math.min(cfg.GROUP_M, TM),
+    -- WG=2's consumers would hold the producer's row addresses in registers their accumulators need
+    hoist = WG ~= 2, k_tail = K % BK ~= 0,
     prelude = cuda.prelude(problem.dtype) .. (WG >= 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
   }
   e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d%s",
@@ -306,6 +309,22 @@ $ if WG == 2 then
     }
 $ end
   __syncthreads();
+$ if hoist then
+
+  /* This thread's gathered X rows are the CTA's for every stage (only the tokens move): their
+     addresses are resolved once here, not re-read from the index and rebuilt at every stage. */
+  const InT* x_row[${IT_B}];
+#pragma unroll
+  for (int i = 0; i < ${IT_B}; ++i) {
+    const int q = tid + i * ${LT};
+$   if B_CH % LT ~= 0 then
+    const int col = q < ${B_CH} ? cols[q / ${CH}] : -1;
+$   else
+    const int col = cols[q / ${CH}];
+$   end
+    x_row[i] = col >= 0 ? X + (long long)col * ${K} + (q % ${CH}) * 8 : nullptr;
+  }
+$ end
 
   /* Copies tokens [ks*BK, ks*BK + BK) of the BM dY rows and the BN gathered X rows; rows past M,
      padding columns and tokens past K are zero-filled. */
@@ -329,10 +348,15 @@ $ if B_CH % LT ~= 0 then
       if (q >= ${B_CH}) break;
 $ end
       const int r = q / ${CH}, c = q % ${CH};
+$ if hoist then
+      const bool ok = x_row[i] != nullptr${k_tail and " && t0 + c * 8 < " .. K or ""};
+      sj_cp_async16(s + ${A_BYTES} + sj_dw_swz(r, c), ok ? (const void*)(x_row[i] + t0) : (const void*)X, ok ? 16 : 0);
+$ else
       const int col = cols[r];
       const bool ok = col >= 0 && t0 + c * 8 < ${K};
       sj_cp_async16(s + ${A_BYTES} + sj_dw_swz(r, c), ok ? (const void*)(X + (long long)col * ${K} + t0 + c * 8) : (const void*)X,
                     ok ? 16 : 0);
+$ end
     }
   };
 
