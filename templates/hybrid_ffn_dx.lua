@@ -13,7 +13,8 @@
 --              float* du_values, float* du_backup, int R);
 -- dY and dX M x D, WgT, WuT, Wd d_ff x D, row-major, D % 8 == 0; the hybrid arrays of a and u as
 -- hybrid-ffn-fwd left them; dg_* and du_* (M x W and R x d_ff floats) receive dg and du at the
--- active pairs' positions only. The kernel: lib/hybrid_rows.lua, mode "dx".
+-- active pairs' positions only. The kernel: lib/hybrid_rows.lua, mode "dx"; SPLIT > 0 is its
+-- L2-blocked pair of kernels (STAGE=0, then STAGE=1 with the same arguments).
 local rows = require "lib.hybrid_rows"
 
 local function valid(problem, cfg) return rows.valid(problem, cfg, "hybrid-ffn-dx") end

@@ -11,7 +11,8 @@
 -- X M x D, WuT and Wd d_ff x D, Y M x D, all row-major, D % 8 == 0; the hybrid arrays as
 -- ops/hybrid/hybrid_format.h lays them out (R backup rows); u_values (M x W) and u_backup
 -- (R x d_ff) receive u in the input dtype at the ELL slots and backup positions of the active
--- pairs (nothing else of them is written). The kernel: lib/hybrid_rows.lua, mode "fwd".
+-- pairs (nothing else of them is written). The kernel: lib/hybrid_rows.lua, mode "fwd"; SPLIT > 0
+-- is its L2-blocked pair of kernels (STAGE=0, then STAGE=1 with the same arguments).
 local rows = require "lib.hybrid_rows"
 
 local function valid(problem, cfg) return rows.valid(problem, cfg, "hybrid-ffn-fwd") end

@@ -9,7 +9,9 @@
  * gradients summed here on the host from what the device stored, so a wrong u, dg or du is told
  * apart from a wrong dw kernel. A second dw into a workspace and outputs poisoned again must give
  * the same bytes (the sums run in token order). Outputs are poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
- * rounding of zero that may fall on either side. */
+ * rounding of zero that may fall on either side. The L2-blocked configs (SPLIT 4, 8, 16: unit
+ * ranges, then column slices, two kernels) run the same checks, and their u, dg, du and dX must
+ * also be the bytes of the default per-token kernel run on the same inputs. */
 #include "test_util.h"
 #include "ops/hybrid/hybrid_format.h"
 
@@ -35,6 +37,7 @@ typedef struct ffn_case {
     const char *config;       /* for the fwd and dx ops; NULL: the default */
     const char *dw_config;    /* for hybrid-ffn-dw; NULL: the default */
     sj_dtype dw_out;          /* the gradients' dtype */
+    int l2_blocked;           /* config is SPLIT > 0: u, dg, du, dX must be the default kernel's bytes */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -70,6 +73,17 @@ static sj_devptr poisoned(sj_context *ctx, size_t bytes)
     SJ_ASSERT_OK(sj_malloc(ctx, bytes ? bytes : 16, &d));
     SJ_ASSERT_OK(sj_memset_u8(ctx, d, 0xFF, bytes ? bytes : 16));
     return d;
+}
+
+static void expect_same_bytes(sj_context *ctx, const char *what, sj_devptr a, sj_devptr b, size_t bytes)
+{
+    unsigned char *ha = malloc(bytes + 1), *hb = malloc(bytes + 1);
+    assert_true(ha && hb);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, ha, a, bytes));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, hb, b, bytes));
+    if (memcmp(ha, hb, bytes)) fail_msg("%s: the L2-blocked kernels' bytes differ from the per-token kernel's", what);
+    free(ha);
+    free(hb);
 }
 
 /* Adds w * row (16-bit) to acc. */
@@ -241,6 +255,28 @@ static void run_case(sj_context *ctx, const ffn_case *c)
         SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
         SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
     }
+    if (c->l2_blocked) {
+        /* each pair's dot as the per-token kernel computes it; the dx from the same stored u. Y is
+         * not compared: the slices take u as stored (rounded), the per-token kernel the fp32 dot */
+        sj_devptr Y1 = poisoned(ctx, tok * b16), uv1 = poisoned(ctx, ell * b16), ub1 = poisoned(ctx, bk * b16),
+                  dX1 = poisoned(ctx, tok * b16), dgv1 = poisoned(ctx, ell * 4), dgb1 = poisoned(ctx, bk * 4),
+                  duv1 = poisoned(ctx, ell * 4), dub1 = poisoned(ctx, bk * 4);
+        SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y1, uv1, bk ? ub1 : 0, NULL));
+        SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dX1, dgv1, bk ? dgb1 : 0, duv1,
+                                      bk ? dub1 : 0, NULL));
+        SJ_ASSERT_OK(sj_synchronize(ctx));
+        expect_same_bytes(ctx, "u (ELL)", uv, uv1, ell * b16);
+        expect_same_bytes(ctx, "dg (ELL)", dgv, dgv1, ell * 4);
+        expect_same_bytes(ctx, "du (ELL)", duv, duv1, ell * 4);
+        expect_same_bytes(ctx, "dX", dXo, dX1, tok * b16);
+        if (bk) {
+            expect_same_bytes(ctx, "u (backup)", ub, ub1, bk * b16);
+            expect_same_bytes(ctx, "dg (backup)", dgb, dgb1, bk * 4);
+            expect_same_bytes(ctx, "du (backup)", dub, dub1, bk * 4);
+        }
+        sj_devptr ones[] = { Y1, uv1, ub1, dX1, dgv1, dgb1, duv1, dub1 };
+        for (size_t i = 0; i < sizeof ones / sizeof *ones; i++) sj_free(ctx, ones[i]);
+    }
     sj_hybrid_host_free(&a);
     SJ_ASSERT_OK(sj_hybrid_device_free(ctx, &H));
     sj_devptr all[] = { dX_in, dWg, dWu, dWd, ddY, Y, uv, ub, dXo, dgv, dgb, duv, dub };
@@ -256,14 +292,24 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16 },
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0 },
         /* every row overflows; one token a chunk, more tokens than a chunk holds */
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32 },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0 },
         /* ragged; the backup grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16 },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16 },          /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0 },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0 },          /* ragged d_model, 99.9% */
         /* nothing overflows */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32 },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0 },
+        /* the L2-blocked pair, every SPLIT, both dtypes; ragged ranges (d_ff) and slices (d_model
+         * pieces), rows overflowing into a backup that grows */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1 },
+        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
+        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1 },
+        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1 },
+        /* slices of 33 pieces; the slices of SPLIT=4 here take two 16-byte pieces a thread */
+        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1 },
+        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1 },
+        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
 }

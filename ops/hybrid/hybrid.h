@@ -29,7 +29,8 @@ typedef struct hybrid_grads {
 } hybrid_grads;
 
 /* Launch a hybrid-ffn-fwd kernel with its ABI (X, H, WuT, Wd, Y, u, R): the entry point and the
- * harness share it. */
+ * harness share it. An L2-blocked kernel (SPLIT > 0) is followed on the stream by its config's
+ * STAGE=1 kernel (the same for the dx). */
 sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
                                 sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream);
 /* Launch a hybrid-ffn-dx kernel with its ABI (dY, H, u, WgT, WuT, Wd, dX, grads, R). */

@@ -2,11 +2,14 @@
  * through the request path (rt_kernel_for / rt_launch): sj_hybrid_ffn_fwd
  * (templates/hybrid_ffn_fwd.lua), sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua) and
  * sj_hybrid_ffn_dw (the transpose, then templates/hybrid_ffn_dw.lua: hybrid_dw_launch.c), their
- * argument checks, the fwd and dx launches (shared with the harness) and their problem. */
+ * argument checks, the fwd and dx launches (shared with the harness; an L2-blocked config, SPLIT
+ * > 0, is two kernels in stream order) and their problem. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
+
+#include <string.h>
 
 sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *l, sj_op op, int64_t d_model, sj_problem *out)
 {
@@ -50,6 +53,32 @@ static sj_status pair_arrays(const sj_hybrid_device *H, const char *ell_name, sj
     return st;
 }
 
+/* The op's kernel k, then for an L2-blocked config (SPLIT > 0, lib/hybrid_rows.lua) its
+ * column-slice updates, STAGE=1 of the same config, which read the per-pair values k stored
+ * (u; dg, du): the same arguments, stream order, no workspace. STAGE=1 alone is refused. */
+static sj_status launch_rows(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
+{
+    gen_config c;
+    sj_status st = gen_config_parse(k->config, &c);
+    int split = 0, *stage = NULL;
+    for (int i = 0; st == SJ_OK && i < c.n; i++) {
+        if (!strcmp(c.names[i], "SPLIT")) split = c.values[i];
+        if (!strcmp(c.names[i], "STAGE")) stage = &c.values[i];
+    }
+    if (st != SJ_OK) return st;
+    if (split > 0 && (!stage || *stage != 0))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s config %s: STAGE=1 is the second kernel of SPLIT=%d, which the op "
+                         "launches after STAGE=0; give STAGE=0", k->template_name, k->config, split);
+    if ((st = rt_launch(ctx, k, args, n_args, stream)) != SJ_OK || split == 0) return st;
+    *stage = 1;
+    char config[sizeof k->config];
+    gen_config_format(&c, config, sizeof config);
+    const loaded_kernel *updates;
+    if ((st = rt_kernel_with_config(ctx, &k->problem, k->template_name, config, &updates)) != SJ_OK)
+        return error_prefix(st, "the column-slice kernel %s", config);
+    return rt_launch(ctx, updates, args, n_args, stream);
+}
+
 sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
                                 sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream)
 {
@@ -57,7 +86,7 @@ sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devp
     sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
               uv = u->values, ub = u->backup;
     void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r };
-    return rt_launch(ctx, k, RT_ARGS(args), stream);
+    return launch_rows(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
@@ -70,7 +99,7 @@ sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
               dub = g->du_backup;
     void *args[] = { &dY, &values, &columns, &nnz, &slot, &backup, &uv, &ub, &WgT, &WuT, &Wd, &dX,
                      &dgv, &dgb, &duv, &dub, &r };
-    return rt_launch(ctx, k, RT_ARGS(args), stream);
+    return launch_rows(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_hybrid_device *H,

@@ -150,9 +150,15 @@ const op_desc op_hybrid_gate = {
     .n_variants = sizeof variants / sizeof *variants,
 };
 
-/* lib/hybrid_rows.lua: one algorithm, CUDA cores (FFMA, 16-byte loads, warp ballots), no MMA. */
+/* lib/hybrid_rows.lua: CUDA cores (FFMA, 16-byte loads, warp ballots), no MMA. The default, one
+ * kernel per token; SPLIT > 0, the L2-blocked pair the op launches in order: the sampled products
+ * by unit range (STAGE=0), then the updates by column slice (STAGE=1). */
 static const op_variant rows_variants[] = {
     { .name = "token-rows", .config = NULL, .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE", .sass_absent = "HMMA,HGMMA" },
+    { .name = "range-products", .config = "SPLIT=4,STAGE=0", .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE,SHFL.BFLY",
+      .sass_absent = "HMMA,HGMMA" },
+    { .name = "slice-updates", .config = "SPLIT=4,STAGE=1", .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE",
+      .sass_absent = "HMMA,HGMMA,SHFL" },
 };
 
 const op_desc op_hybrid_ffn_fwd = {
@@ -170,7 +176,7 @@ const op_desc op_hybrid_ffn_fwd = {
     .baseline_help = "the up GEMM (tokens x d_ff over d_model), relu(gate) (.) up and the down GEMM",
     .example = example_fwd,
     .variants = rows_variants,
-    .n_variants = 1,
+    .n_variants = sizeof rows_variants / sizeof *rows_variants,
 };
 
 const op_desc op_hybrid_ffn_dx = {
@@ -188,7 +194,7 @@ const op_desc op_hybrid_ffn_dx = {
     .baseline_help = "dH = dY . Wd^T, the two element-wise products of dG and dU, and dX's two GEMMs",
     .example = example_dx,
     .variants = rows_variants,
-    .n_variants = 1,
+    .n_variants = sizeof rows_variants / sizeof *rows_variants,
 };
 
 /* templates/hybrid_ffn_dw.lua: one algorithm, CUDA cores (FFMA over 16-byte gathers of X and dY
