@@ -7,4 +7,10 @@
 extern const harness_ops harness_vnm;    /* vnm_harness.c */
 extern const harness_ops harness_vnm_dw; /* vnm_dw_harness.c */
 
+/* Launches a vnm-dw kernel (templates/vnm_dw.lua's ABI: the arrays, the sizes, then dY's TMA
+ * descriptor, zeros off sm_90a) of problem p: sj_vnm_dw's and the harness's one launch path
+ * (vnm_train_api.c). */
+sj_status vnm_dw_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr dY, sj_devptr X,
+                        sj_devptr meta, sj_devptr index, sj_devptr dW_values, void *stream);
+
 #endif

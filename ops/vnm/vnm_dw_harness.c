@@ -10,6 +10,7 @@
  * is every value slot (padding ones are 0), so the poisoned buffer catches any slot not written. */
 #include "tuner/harness.h"
 #include "core/error.h"
+#include "ops/vnm/vnm.h"
 #include "ops/vnm/vnm_format.h"
 #include "runtime/runtime.h"
 #include "tuner/random_fill.h"
@@ -74,9 +75,7 @@ done:
 static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     dw_state *s = h->state;
-    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
-    void *args[] = { &s->dY, &s->X, &s->meta, &s->index, &s->dW, &m, &n, &kk };
-    return rt_launch(h->ctx, k, RT_ARGS(args), stream);
+    return vnm_dw_launch(h->ctx, k, &h->problem, s->dY, s->X, s->meta, s->index, s->dW, stream);
 }
 
 static sj_status dw_reference(harness *h)
