@@ -129,6 +129,13 @@ train_shapes="11008x4096x8192 4096x11008x8192 28672x8192x8192"; train_m="4 8 16"
 for dt in $train_dtypes; do for s in $train_shapes; do for m in $train_m; do for b in vnm-train vnm-train-exact; do
   bench --op $b --shape "$s" --dtype $dt --vnm "128:2:$m"
 done; done; done; done
+# The exact dX from W's compressed form alone (vnm-dx, a candidate: not yet run on a GPU) against
+# cuBLAS's dense W^T . dY of the same shape; compare its time with the dX part of the
+# vnm-train-exact row above (sj_vnm_dx_exact: W^T rewritten, then the dense gemm).
+for s in 11008x4096x8192 4096x11008x8192; do for m in 8 16; do
+  [ $lean -eq 1 ] && [ "$s" != 11008x4096x8192 ] && continue
+  for dt in f16 bf16; do bench --op vnm-dx --shape "$s" --dtype $dt --vnm "128:2:$m"; done
+done; done
 # dW alone: the default (WG=1 on sm_90a) against the warp-specialised WG=2 (in the tuning space;
 # 1.4-1.9x slower than WG=1 where measured, H100 489becb), W 11008 x 4096 and 28672 x 8192 over 8192 tokens.
 for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do
@@ -150,6 +157,8 @@ for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for
     bench --op $b --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew
   done
 done; done; done
+# skewed with a fifth of the units dead (--dead: trained models' never-firing units), 99%
+bench --op ffn-train --shape 8192x4096x4096 --d-ff 11008 --dtype bf16 --sparsity 0.99 --skew 1 --dead 0.2
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)

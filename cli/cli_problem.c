@@ -11,7 +11,7 @@
 
 static const char options_help[] =
     "  --shape MxNxK      C is MxN, reduction over K (vnm-spmm: rows of A x N of B x K;\n"
-    "                     vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens, i.e.\n"
+    "                     vnm-dw, vnm-dx, vnm-train*: rows of W x cols of W x tokens, i.e.\n"
     "                     out x in x T of the layer Y = W . X; vnm-compress, vnm-transpose:\n"
     "                     rows x 1 x cols; twell-gate, hybrid-gate: tokens x d_ff x d_model;\n"
     "                     twell-ffn, twell-ffn-block, hybrid-ffn-*, ffn-train: tokens x d_model x\n"
@@ -30,6 +30,9 @@ static const char options_help[] =
     "                     inputs: 0 (default) every unit alike; A > 0: the unit of rank r fires at a\n"
     "                     rate ~ r^-A (max 0.5, mean 1 - S), so tokens share busy units; 0..4, cache\n"
     "                     key carries it\n"
+    "  --dead D           twell-*, hybrid-*, ffn-train: the share of d_ff units that never fire in\n"
+    "                     those inputs (the others carry the mean 1 - S), 0 (default) .. 0.9, with\n"
+    "                     (1 - S) / (1 - D) <= 0.5; the cache key carries it\n"
     "  --rank R           vnm-spmm: add a low-rank term U . Z of rank R (SLoPe's adapters) in the\n"
     "                     same kernel: C = A . B + U . Z, U rows x R, Z R x N; R a multiple of 8 in\n"
     "                     8..128 (default 0: none); the cache key carries it\n"
@@ -151,7 +154,7 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
 {
     const char *opt = argv[*i];
     static const char *const names[] = { "--op", "--shape", "--dtype", "--out", "--vnm", "--twell", "--d-ff", "--sparsity", "--skew",
-                                         "--rank", NULL };
+                                         "--dead", "--rank", NULL };
     int known = 0;
     for (const char *const *n = names; *n; n++) known |= !strcmp(opt, *n);
     if (!known) return 0;
@@ -205,6 +208,17 @@ int cli_problem_option(int argc, char **argv, int *i, sj_problem *p)
             return -1;
         }
         p->twell_skew = a;
+        note_given(OP_READS_TWELL, opt);
+    } else if (!strcmp(opt, "--dead")) {
+        /* the range only: sj_problem_validate names a share the sparsity cannot carry */
+        char *end;
+        double d = strtod(val, &end);
+        if (end == val || *end || !(d >= 0 && d <= SJ_TWELL_MAX_DEAD)) {
+            fprintf(stderr, "sparsejit: --dead '%s': expected a share of units in [0, %g], e.g. 0.2\n", val,
+                    SJ_TWELL_MAX_DEAD);
+            return -1;
+        }
+        p->twell_dead = d;
         note_given(OP_READS_TWELL, opt);
     } else if (!strcmp(opt, "--rank")) {
         /* the range only: sj_problem_validate names a rank that is not a multiple of 8 */

@@ -1,5 +1,5 @@
 /* cli_problem.h: the problem options every CLI command shares (--op --shape --dtype --out
- * --vnm --twell --d-ff --sparsity --skew), parsed into an sj_problem with messages that name the
+ * --vnm --twell --d-ff --sparsity --skew --dead), parsed into an sj_problem with messages that name the
  * option, and the integer options of the commands. What --op takes depends on the command: every op (gen), the tunable ones (tune), or
  * those and the benchmarks that are not one op (bench: core/op.h's op_bench). */
 #ifndef SJ_CLI_PROBLEM_H

@@ -66,6 +66,7 @@ typedef struct lua_fn_doc {
     { "sparsity", "number", "0.99", "twell-* and hybrid-*: the activations' fraction of zeros, in (0, 1), as " \
       "`--sparsity` (other ops do not read it)" }, \
     { "skew", "number", "0", "twell-* and hybrid-*: how unevenly the units fire, 0..4, as `--skew`" }, \
+    { "dead", "number", "0", "twell-* and hybrid-*: the share of units that never fire, 0..0.9, as `--dead`" }, \
     { "rank", "integer", "0", "vnm-spmm: the rank of a low-rank term U . Z added in the same kernel, a multiple " \
       "of 8 in 8..128, as `--rank` (other ops refuse it)" }
 
@@ -366,6 +367,7 @@ static const op_bench *read_problem(lua_State *L, int t, const char *fn, int ben
             luaL_error(L, "sparsejit.%s: sparsity %f: expected a fraction of zeros in (0, 1), e.g. 0.99", fn,
                        p->twell_sparsity);
         p->twell_skew = opt_number(L, t, fn, "skew", 0, -HUGE_VAL, HUGE_VAL); /* sj_problem_validate names a bad one */
+        p->twell_dead = opt_number(L, t, fn, "dead", 0, -HUGE_VAL, HUGE_VAL);
     }
     if (d->fill_defaults) d->fill_defaults(p);
     if (sj_problem_validate(p) != SJ_OK) raise(L, fn);

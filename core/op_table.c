@@ -9,7 +9,8 @@
 
 /* Defined with their ops (ops/<family>/<family>_op.c). */
 extern const op_desc op_gemm, op_vnm_spmm, op_vnm_compress, op_twell_gate, op_twell_ffn, op_vnm_dw, op_vnm_transpose,
-    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx, op_hybrid_ffn_dw, op_hybrid_transpose;
+    op_hybrid_gate, op_gmp_prune, op_hybrid_ffn_fwd, op_hybrid_ffn_dx, op_hybrid_ffn_dw, op_hybrid_transpose,
+    op_vnm_dx;
 
 static const op_desc *const table[] = {
     &op_gemm,
@@ -19,6 +20,7 @@ static const op_desc *const table[] = {
     &op_vnm_compress,
     &op_vnm_dw,
     &op_vnm_transpose,
+    &op_vnm_dx,
     &op_hybrid_gate,
     &op_gmp_prune,
     &op_hybrid_ffn_fwd,
@@ -131,10 +133,11 @@ void op_normalize(const sj_problem *p, sj_problem *out)
     if (reads & OP_READS_TWELL) {
         out->twell_tile = p->twell_tile;
         out->twell_capacity = p->twell_capacity;
-        /* the cache keeps a winner per input law (sparsity, skew): so must the table, or a
+        /* the cache keeps a winner per input law (sparsity, skew, dead): so must the table, or a
          * process would keep using the winner of the first sparsity it ran */
         out->twell_sparsity = p->twell_sparsity;
         out->twell_skew = p->twell_skew;
+        out->twell_dead = p->twell_dead;
     }
     if (reads & OP_READS_D_FF) out->d_ff = p->d_ff;
     if (reads & OP_READS_LOWRANK) out->lowrank_rank = p->lowrank_rank;

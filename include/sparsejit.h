@@ -51,7 +51,7 @@ SJ_API const char *sj_version_string(void);
 /* The binary interface: bumped whenever a public struct, enum or signature changes, so a binding
  * that reaches the library through its C ABI (ctypes in python/) can refuse a library it does not
  * match. sj_abi_version() is the number the library was built with. */
-#define SJ_ABI_VERSION 2
+#define SJ_ABI_VERSION 3
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
@@ -175,11 +175,13 @@ typedef enum sj_op {
     SJ_OP_HYBRID_FFN_FWD = 10, /* u at H's active pairs, Y = (H (.) u) . Wd (training forward) */
     SJ_OP_HYBRID_FFN_DX = 11,  /* sampled dh, dg, du at H's active pairs, dX (training backward) */
     SJ_OP_HYBRID_FFN_DW = 12,  /* dWgT, dWuT, dWd from H's per-pair values (training backward) */
-    SJ_OP_HYBRID_TRANSPOSE = 13 /* the per-unit token lists of a hybrid matrix, on the device */
+    SJ_OP_HYBRID_TRANSPOSE = 13, /* the per-unit token lists of a hybrid matrix, on the device */
+    SJ_OP_VNM_DX = 14          /* dX = W_vnm^T . dY, exact, from W's compressed form (training) */
 } sj_op;
 
 /* "gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose",
- * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose" */
+ * "hybrid-gate", "gmp-prune", "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose",
+ * "vnm-dx" */
 SJ_API const char *sj_op_name(sj_op op);
 SJ_API sj_status sj_op_parse(const char *name, sj_op *out);
 
@@ -205,6 +207,13 @@ typedef struct sj_problem {
                                        tokens share their busy units as in trained models. In
                                        [0, SJ_TWELL_MAX_SKEW]; needs twell_sparsity >= 0.5; the
                                        cache key carries it. */
+    double twell_dead;              /* TwELL and hybrid ops: the share of d_ff units that never
+                                       fire in those inputs (a random set of round(dead x d_ff)
+                                       units), the others firing as twell_skew says with their
+                                       mean raised so the activations keep twell_sparsity, as
+                                       trained models have dead units. In [0, SJ_TWELL_MAX_DEAD];
+                                       > 0 needs twell_sparsity > 0 and (1 - twell_sparsity) /
+                                       (1 - dead) <= 0.5; the cache key carries it. */
     int lowrank_rank;               /* vnm-spmm: the rank r of a low-rank term U . Z added in the
                                        same kernel (sj_vnm_spmm_lowrank); 0: none, else
                                        SJ_LOWRANK_MIN_RANK..SJ_LOWRANK_MAX_RANK, a multiple of 8.
@@ -215,6 +224,7 @@ typedef struct sj_problem {
 #define SJ_LOWRANK_MAX_RANK 128
 
 #define SJ_TWELL_MAX_SKEW 4.0
+#define SJ_TWELL_MAX_DEAD 0.9
 /* The widest TwELL tile: a column within a tile must fit an entry's 16 index bits. */
 #define SJ_TWELL_MAX_TILE 65536
 
@@ -429,7 +439,8 @@ SJ_API sj_status sj_vnm_dw_host(const sj_vnm_host *W, const void *dY, const void
  *   forward:          sj_vnm_spmm on W (sj_vnm_problem(W, tokens)), B = X, C = Y;
  *   dX double-pruned: sj_vnm_double_prune once per weight update, then sj_vnm_spmm on WT2
  *                     (sj_vnm_problem(WT2, tokens)), B = dY, C = dX;
- *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm);
+ *   dX exact:         sj_vnm_dx_exact (dense W^T, then the dense gemm; the default), or the
+ *                     candidate sj_vnm_dx (from W's compressed form, 4/M of the dense work);
  *   dW:               sj_vnm_dw into a buffer of W's value layout. */
 
 /* The SJ_OP_VNM_DW problem of dW for W of layout over tokens (m = rows, n = cols, k = tokens). */
@@ -455,6 +466,17 @@ SJ_API sj_status sj_vnm_double_prune(sj_context *ctx, const sj_vnm_device *W, co
  * rows x tokens. */
 SJ_API sj_status sj_vnm_dx_exact(sj_context *ctx, const sj_vnm_device *W, sj_devptr WT, sj_devptr dY, sj_devptr dX,
                                  int64_t tokens, sj_dtype out_dtype, void *stream);
+/* The SJ_OP_VNM_DX problem of dX for W of layout over tokens (m = rows, n = cols, k = tokens). */
+SJ_API sj_status sj_vnm_dx_problem(const sj_vnm_layout *W, int64_t tokens, sj_dtype out_dtype, sj_problem *out);
+/* The exact dX = W^T . dY straight from W's compressed form (templates/vnm_dx.lua): per row
+ * block of V rows, the kept values in the block's 4 selected columns of each group times dY's V
+ * rows on dense tensor cores (4/M of the dense product's work), scattered into an fp32 tile per
+ * CTA in a fixed order (deterministic). dY is rows x tokens (problem->dtype), dX cols x tokens
+ * (problem->out_dtype), row-major, tokens a multiple of 8; every element of dX is written. Needs
+ * no W^T and no workspace. A candidate: written without a GPU, not yet run on one, so
+ * sj_vnm_dx_exact stays the default of every caller. */
+SJ_API sj_status sj_vnm_dx(sj_context *ctx, const sj_problem *problem, const sj_vnm_device *W, sj_devptr dY, sj_devptr dX,
+                           void *stream);
 
 /* Gradual magnitude pruning (Zhu and Gupta) ending in a V:2:M pattern. At the pruning steps
  * t = start_step + j * interval, j = 0..n_steps, the target sparsity is

@@ -37,6 +37,7 @@ return {
   space = rows.space,
   valid = valid,
   default = rows.default,
+  variants = function(problem) return rows.variants(problem, 8, "hybrid-ffn-dx") end,
   generate = function(problem, cfg) return rows.generate(problem, cfg, "dx") end,
   flops = flops,
   bytes = bytes,

@@ -34,6 +34,7 @@ return {
   space = rows.space,
   valid = valid,
   default = rows.default,
+  variants = function(problem) return rows.variants(problem, 4, "hybrid-ffn-fwd") end,
   generate = function(problem, cfg) return rows.generate(problem, cfg, "fwd") end,
   flops = flops,
   bytes = bytes,

@@ -44,16 +44,10 @@ local BG_EDGES = { 8, 16, 32, 64 }
 local BK_EDGES = { 32, 64 }
 local WM_EDGES = { 16, 32, 64 }
 local WN_EDGES = { 16, 32, 64 }     -- WG=0's warp tiles; WG=1 takes WN = 4 * BG
-local V_VALUES = { 16, 32, 64, 128 }
 local PAD = 8                   -- floats of padding per row of the epilogue's tile: 8 rows' float2
                                 -- stores (a half warp: 4 rows x 4 column pairs) hit distinct banks
 
-local cdiv = vnm.cdiv
-
-local function member(list, v)
-  for _, x in ipairs(list) do if x == v then return true end end
-  return false
-end
+local cdiv, member = vnm.cdiv, vnm.member
 
 -- The compressed layout's geometry (lib/vnm_common.lua), W = M x N.
 local function layout(problem) return vnm.layout(problem.M, problem.N, problem.V, problem.MS) end
@@ -71,24 +65,7 @@ end
 -- Registers a thread may use at THREADS per block (64K a block, one block per SM).
 local function regs_per_thread(threads) return 65536 // threads end
 
-local function problem_ok(problem)
-  if problem.dtype ~= "f16" and problem.dtype ~= "bf16" then
-    return false, "input dtype must be f16 or bf16, got " .. tostring(problem.dtype)
-  end
-  if not member({ "f16", "bf16", "f32" }, problem.out_dtype) then
-    return false, "output dtype must be f16, bf16 or f32, got " .. tostring(problem.out_dtype)
-  end
-  if not member(V_VALUES, problem.V) then return false, "V=" .. tostring(problem.V) .. " must be 16, 32, 64 or 128" end
-  if problem.NS ~= 2 then return false, "N of V:N:M must be 2, got " .. tostring(problem.NS) end
-  if problem.MS < 4 or problem.MS > 128 then return false, "M of V:N:M must be 4..128, got " .. tostring(problem.MS) end
-  if problem.M < 1 or problem.N < 1 or problem.K < 1 then
-    return false, string.format("sizes must be positive, got %dx%dx%d", problem.M, problem.N, problem.K)
-  end
-  if problem.K % 8 ~= 0 then
-    return false, "K=" .. problem.K .. " (tokens) must be a multiple of 8 (16-byte rows of dY and X)"
-  end
-  return true
-end
+local problem_ok = vnm.check_training_problem
 
 local function valid(problem, cfg)
   for _, p in ipairs(PARAMS) do

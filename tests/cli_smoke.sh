@@ -84,7 +84,7 @@ done
 # twell-ffn-block: a benchmark beside the ops, listed in bench's help, refused by tune and gen naming the ops
 "$cli" bench --op twell-ffn-block --help | grep -q "or a benchmark of several kernels: twell-ffn-block" || fail "bench --help must list twell-ffn-block"
 "$cli" bench --help | grep -qE "^  twell-ffn +the fused FFN alone" || fail "bench --help must say what twell-ffn times"
-"$cli" tune --help | grep -q -- "--op OP            an op: gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw (default gemm)" || fail "tune --help: the tunable ops"
+"$cli" tune --help | grep -q -- "--op OP            an op: gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw (default gemm)" || fail "tune --help: the tunable ops"
 "$cli" gen --help | grep -q -- "--op OP            one of gemm, vnm-spmm, twell-gate, twell-ffn, vnm-compress, vnm-dw, vnm-transpose" || fail "gen --help: every op"
 for c in tune gen; do
   out=$("$cli" $c --op twell-ffn-block --shape 64x256x256 --d-ff 1024 2>&1); rc=$?
@@ -92,7 +92,7 @@ for c in tune gen; do
     echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
 done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)" ||
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
 # an option the op does not read is refused, not ignored
 for c in "gen --op gemm --vnm 64:2:8|--vnm does not apply to --op gemm (ops that read it: vnm-spmm" \
@@ -118,7 +118,7 @@ done
 # listed in bench's help with its shape; tune refuses it naming its parts; a bad argument exits 2
 "$cli" bench --help | grep -qE "^  vnm-train +forward, dX on W\^T double-pruned" || fail "bench --help must say what vnm-train times"
 "$cli" bench --help | grep -qE "^  vnm-train-exact +forward, exact dX" || fail "bench --help must say what vnm-train-exact times"
-"$cli" bench --help | grep -q "vnm-dw, vnm-train, vnm-train-exact: rows of W x cols of W x tokens" || fail "bench --help: vnm-train's shape"
+"$cli" bench --help | grep -qF "vnm-dw, vnm-dx, vnm-train*: rows of W x cols of W x tokens" || fail "bench --help: vnm-train's shape"
 out=$("$cli" tune --op vnm-train --shape 512x256x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "vnm-train is a benchmark of vnm-spmm + vnm-dw, not an op" || fail "tune --op vnm-train must exit 2 (got $rc: $out)"
 check2 "problem.k = 60 (tokens) must be a multiple of 8" bench --op vnm-train --shape 512x256x60 --vnm 64:2:8
@@ -141,6 +141,16 @@ check2 "sparsity '1': expected a fraction of zeros in (0, 1)" bench --op ffn-tra
 out=$("$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --sparsity 0.3 --skew 1 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "needs problem.twell_sparsity >= 0.5" || fail "--skew at sparsity 0.3 must exit 2 (got $rc: $out)"
 "$cli" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --skew 1 | head -1 | grep -q "S=0.99,A=1" || fail "gen --skew: the problem must carry it"
+# --dead: the share of never-firing units, in the key; refused outside [0, 0.9], where the live
+# units cannot carry the sparsity's non-zeros, and by ops that do not generate activations
+"$cli" gen --op hybrid-ffn-fwd --shape 64x256x256 --d-ff 1024 --skew 1 --dead 0.25 | head -1 | grep -q "S=0.99,A=1,D=0.25" ||
+  fail "gen --dead: the problem must carry it"
+for d in -0.1 0.95 x; do
+  check2 "--dead '$d': expected a share of units in [0, 0.9]" gen --op twell-ffn --shape 64x256x256 --d-ff 1024 --dead "$d"
+done
+check2 "problem.twell_dead = 0.9 with problem.twell_sparsity = 0.9 leaves the live units a mean rate of 1: expected at most 0.5" \
+  gen --op hybrid-ffn-dx --shape 64x256x256 --d-ff 1024 --sparsity 0.9 --dead 0.9
+check2 "--dead does not apply to --op vnm-spmm" gen --op vnm-spmm --shape 256x64x512 --dead 0.2
 # --rank: vnm-spmm's low-rank term, in the key and the kernel's arguments; refused outside 8..128 or off a multiple of 8
 check2 "--rank '256' is out of range; expected an integer in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 256
 check2 "problem.lowrank_rank = 12: expected 0 (none) or a multiple of 8 in 8..128" gen --op vnm-spmm --shape 256x64x512 --rank 12

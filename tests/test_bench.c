@@ -250,6 +250,16 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         expect_near("vnm-dw", flops, 2.0 * p.m * p.n * p.k * 2.0 / p.vnm_m);
         expect_near("vnm-dw (tuner)", op_find(SJ_OP_VNM_DW)->harness->flops(&p), flops);
 
+        /* the exact dX from W's compressed form: W's kept values (m x n, 2 of every M) over k
+         * tokens; its baseline is the dense W^T . dY, n x k over m */
+        p.op = SJ_OP_VNM_DX;
+        SJ_ASSERT_OK(bench_flops("vnm-dx", &p, &flops));
+        expect_near("vnm-dx", flops, 2.0 * p.m * p.n * p.k * 2.0 / p.vnm_m);
+        expect_near("vnm-dx (tuner)", op_find(SJ_OP_VNM_DX)->harness->flops(&p), flops);
+        baseline_step dx_steps[BASELINE_MAX];
+        assert_int_equal(op_find(SJ_OP_VNM_DX)->harness->baseline(&p, dx_steps), 1);
+        assert_true(dx_steps[0].kind == BASELINE_GEMM && dx_steps[0].m == p.n && dx_steps[0].n == p.k && dx_steps[0].k == p.m);
+
         sj_problem_init(&p, SJ_OP_TWELL_GATE, SJ_DTYPE_BF16, m, f, d);
         p.twell_tile = 128, p.twell_capacity = 16, p.twell_sparsity = s;
         SJ_ASSERT_OK(bench_flops("twell-gate", &p, &flops));
@@ -334,7 +344,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");

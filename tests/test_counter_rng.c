@@ -126,7 +126,7 @@ static void test_activations_fire_at_their_rates(void **state)
     uint16_t row[UNITS];
     for (int skewed = 0; skewed < 2; skewed++) {
         uint64_t rng = seed | 1;
-        assert_int_equal(harness_unit_rates(0.01, skewed ? 1.0 : 0.0, UNITS, &rng, rate), SJ_OK);
+        assert_int_equal(harness_unit_rates(0.01, skewed ? 1.0 : 0.0, 0, UNITS, &rng, rate), SJ_OK);
         for (int j = 0; j < UNITS; j++) thr[j] = crng_threshold(rate[j]);
         for (int d = 0; d < 2; d++) {
             sj_dtype dt = d ? SJ_DTYPE_BF16 : SJ_DTYPE_F16;
@@ -164,7 +164,9 @@ static void test_activations_fire_at_their_rates(void **state)
 }
 
 /* relu(X . Wg) of the gate's law: the fraction of zeros the problem asks for. */
-static double gate_sparsity(const sj_problem *p, uint64_t s)
+/* The share of zeros of the gate's activations for p's generated inputs; *silent (may be NULL):
+ * the share of units (columns) that fire for no token. */
+static double gate_sparsity_of(const sj_problem *p, uint64_t s, double *silent)
 {
     twell_gate_law law;
     assert_int_equal(twell_gate_inputs(p, s, &law), SJ_OK);
@@ -174,19 +176,26 @@ static double gate_sparsity(const sj_problem *p, uint64_t s)
     assert_true(x && w);
     crng_matrix_fill(&law.X, x);
     for (int64_t r = 0; r < p->m; r++) assert_int_equal(x[r * K], harness_f32_to_16(p->dtype, 1.0f));
+    int64_t silent_units = 0;
     for (int64_t j = 0; j < p->n; j++) {
         crng_matrix_row(&law.WgT, j, w);
+        int64_t fired = 0;
         for (int64_t r = 0; r < p->m; r++) {
             double pre = 0;
             for (int64_t k = 0; k < K; k++) pre += (double)lut[x[r * K + k]] * lut[w[k]];
             zeros += !(pre > 0);
+            fired += pre > 0;
         }
+        silent_units += fired == 0;
     }
     free(x);
     free(w);
     twell_gate_inputs_free(&law);
+    if (silent) *silent = (double)silent_units / (double)p->n;
     return (double)zeros / ((double)p->m * p->n);
 }
+
+static double gate_sparsity(const sj_problem *p, uint64_t s) { return gate_sparsity_of(p, s, NULL); }
 
 static void test_gate_law_gives_the_sparsity(void **state)
 {
@@ -203,6 +212,16 @@ static void test_gate_law_gives_the_sparsity(void **state)
             fprintf(stderr, "# gate law: sparsity %.4f asked, %.4f given (skew %g)\n", asked[a], got, skews[s]);
             assert_true(fabs(got - asked[a]) < 0.2 * (1 - asked[a]));
         }
+    p.twell_sparsity = 0.99; /* a third of the units dead: the others carry the same non-zeros */
+    p.twell_skew = 1;
+    p.twell_dead = 0.3;
+    double silent;
+    double dead_got = gate_sparsity_of(&p, seed, &silent);
+    fprintf(stderr, "# gate law: sparsity 0.9900 asked, %.4f given (skew 1, 30%% of the units dead: %.3f silent)\n",
+            dead_got, silent);
+    assert_true(fabs(dead_got - 0.99) < 0.2 * 0.01);
+    assert_true(silent >= 307.0 / 1024); /* round(0.3 x 1024) units never fire, others may not in 256 tokens */
+    p.twell_dead = 0;
     p.twell_sparsity = 0; /* unspecified: C / (2T) non-zeros */
     p.twell_skew = 0;
     double got = gate_sparsity(&p, seed);

@@ -2,7 +2,7 @@
  * (lib/hybrid_rows.lua's SPLIT and STAGE) on the CPU: the default stays the one kernel per token,
  * the tuning space never offers STAGE=1 (the op launches it), the two kernels' geometry (SPLIT x
  * tokens CTAs; the slice kernel's block a warp multiple covering its slice), and the refusals of
- * what does not divide, each naming the bound. The kernels' numerics are checked on a GPU by
+ * what does not divide, each naming the bound, and the tuner's first candidates. The kernels' numerics are checked on a GPU by
  * tests/test_hybrid_ffn_gpu.c; their compilation and SASS by test_op_table's walk. */
 #include "test_util.h"
 #include "runtime/runtime.h"
@@ -101,6 +101,32 @@ static void test_geometry(void **state)
     sj_generated_free(g);
 }
 
+/* The tuner's first candidates: the default, then its SPLIT form (fwd 4, dx 8) where it fits;
+ * a d_ff too small for any range leaves the default alone. */
+static void test_variants(void **state)
+{
+    (void)state;
+    gen_state *gs;
+    SJ_ASSERT_OK(rt_generator(ctx, &gs));
+    const sj_op ops[] = { SJ_OP_HYBRID_FFN_FWD, SJ_OP_HYBRID_FFN_DX };
+    const char *templates[] = { "hybrid_ffn_fwd", "hybrid_ffn_dx" };
+    const int splits[] = { 4, 8 };
+    char configs[GEN_MAX_VARIANTS][256];
+    for (int i = 0; i < 2; i++) {
+        sj_problem p = ffn(ops[i], 8192, 4096, 11008, 128);
+        int n = 0;
+        SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &p, configs, GEN_MAX_VARIANTS, &n));
+        assert_int_equal(n, 2);
+        assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
+        assert_int_equal(tu_config_value(configs[1], "SPLIT"), splits[i]);
+        assert_int_equal(tu_config_value(configs[1], "STAGE"), 0);
+        sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
+        SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &small, configs, GEN_MAX_VARIANTS, &n));
+        assert_int_equal(n, 1);
+        assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
+    }
+}
+
 static void expect_refused(const sj_problem *p, const char *config, const char *needle)
 {
     sj_generated *g = NULL;
@@ -126,6 +152,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_is_one_kernel_per_token),
         cmocka_unit_test(test_geometry),
+        cmocka_unit_test(test_variants),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

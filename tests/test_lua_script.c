@@ -273,7 +273,7 @@ static void test_option_fields_checked(void **state)
         NULL);
     if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
     assert_contains(r.out, "tune\tfalse\tsparsejit.tune: unknown field 'bogus_field'; it takes op, dtype, out_dtype, shape, "
-                           "m, n, k, vnm, twell, d_ff, sparsity, skew, rank, strategy, budget_trials, budget_seconds, seed, "
+                           "m, n, k, vnm, twell, d_ff, sparsity, skew, dead, rank, strategy, budget_trials, budget_seconds, seed, "
                            "warmup_ms, rep_ms, threads, save, progress");
     assert_contains(r.out, "bench\tfalse\tsparsejit.bench: unknown field '1'; it takes op,");
     assert_contains(r.out, "layout\tfalse\tsparsejit.vnm_layout: unknown field 'colz'; it takes vnm, rows, cols, dtype");

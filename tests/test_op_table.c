@@ -115,6 +115,7 @@ static void test_examples(void **state)
         sj_problem full = p, norm;
         full.vnm_v = 32, full.vnm_n = 2, full.vnm_m = 16;
         full.twell_tile = 64, full.twell_capacity = 8, full.twell_sparsity = 0.9, full.twell_skew = 1;
+        full.twell_dead = 0.2;
         full.d_ff = 4096;
         full.lowrank_rank = 32;
         op_normalize(&full, &norm);
@@ -124,13 +125,15 @@ static void test_examples(void **state)
         EXPECT(d->reads & OP_READS_VNM, vnm_m);
         EXPECT(d->reads & OP_READS_TWELL, twell_tile), EXPECT(d->reads & OP_READS_TWELL, twell_capacity);
         EXPECT(d->reads & OP_READS_TWELL, twell_sparsity), EXPECT(d->reads & OP_READS_TWELL, twell_skew);
+        EXPECT(d->reads & OP_READS_TWELL, twell_dead);
         EXPECT(d->reads & OP_READS_D_FF, d_ff);
         EXPECT(d->reads & OP_READS_LOWRANK, lowrank_rank);
         /* the example sets nothing its op ignores: normalizing it changes nothing */
         full = p;
         op_normalize(&full, &norm);
         EXPECT(1, vnm_v), EXPECT(1, vnm_n), EXPECT(1, vnm_m), EXPECT(1, twell_tile), EXPECT(1, twell_capacity);
-        EXPECT(1, twell_sparsity), EXPECT(1, twell_skew), EXPECT(1, d_ff), EXPECT(1, lowrank_rank);
+        EXPECT(1, twell_sparsity), EXPECT(1, twell_skew), EXPECT(1, twell_dead), EXPECT(1, d_ff);
+        EXPECT(1, lowrank_rank);
 #undef EXPECT
     }
 }

@@ -699,14 +699,14 @@ static void test_unit_rates(void **state)
     enum { N = 5632 };
     static double a[N], b[N];
     uint64_t rng = 7;
-    SJ_ASSERT_OK(harness_unit_rates(0.01, 0, N, &rng, a));
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 0, 0, N, &rng, a));
     for (int j = 0; j < N; j++) assert_true(a[j] == 0.01);
     assert_int_equal(rng, 7); /* iid inputs draw nothing: they stay what they were */
     double share[3];
     const double skews[3] = { 0.5, 1, 2 };
     for (int s = 0; s < 3; s++) {
         rng = 7;
-        SJ_ASSERT_OK(harness_unit_rates(0.01, skews[s], N, &rng, a));
+        SJ_ASSERT_OK(harness_unit_rates(0.01, skews[s], 0, N, &rng, a));
         double mean = 0, lo = 1, hi = 0;
         for (int j = 0; j < N; j++) {
             mean += a[j] / N;
@@ -721,26 +721,50 @@ static void test_unit_rates(void **state)
     assert_true(share[1] > 0.65 && share[1] < 0.85);  /* 76% */
     assert_true(share[2] > 0.95);                     /* 98% */
     rng = 7;
-    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, b));
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, 0, N, &rng, b));
     rng = 7;
-    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, a));
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, 0, N, &rng, a));
     assert_memory_equal(a, b, sizeof a);
     rng = 8;
-    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, N, &rng, b));
+    SJ_ASSERT_OK(harness_unit_rates(0.01, 1, 0, N, &rng, b));
     assert_true(memcmp(a, b, sizeof a) != 0);           /* another seed, another order of the units */
     rng = 7;
-    SJ_ASSERT_OK(harness_unit_rates(0.6, 1, N, &rng, a)); /* above the cap: all alike */
+    SJ_ASSERT_OK(harness_unit_rates(0.6, 1, 0, N, &rng, a)); /* above the cap: all alike */
     for (int j = 0; j < N; j++) assert_true(a[j] == 0.6);
     /* the shifts make each unit fire at its rate: P(N(0, sigma^2) > shift_j) = rate_j */
     for (int s = 0; s < 2; s++) {
         rng = 9;
-        SJ_ASSERT_OK(harness_unit_rates(0.01, s, N, &rng, a));
+        SJ_ASSERT_OK(harness_unit_rates(0.01, s, 0, N, &rng, a));
         rng = 9;
-        SJ_ASSERT_OK(harness_unit_shifts(0.01, s, 21.0, N, &rng, b));
+        SJ_ASSERT_OK(harness_unit_shifts(0.01, s, 0, 21.0, N, &rng, b));
         for (int j = 0; j < N; j++) assert_true(fabs(0.5 * erfc(b[j] / (21.0 * sqrt(2.0))) - a[j]) < 1e-6 * a[j] + 1e-12);
     }
-    SJ_ASSERT_STATUS(harness_unit_rates(0.01, 5, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "skew 5");
-    SJ_ASSERT_STATUS(harness_unit_rates(0, 1, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "expected density in (0, 1]");
+    /* dead units: round(dead N) units at 0, the live ones keep the mean (iid: all alike; skewed:
+     * capped), placed at random; dead = 0 draws what the law without them draws */
+    for (int s = 0; s < 2; s++) {
+        rng = 11;
+        SJ_ASSERT_OK(harness_unit_rates(0.01, s, 0.3, N, &rng, a));
+        int zeros = 0, zeros_first_half = 0;
+        double mean = 0;
+        for (int j = 0; j < N; j++) {
+            zeros += a[j] == 0;
+            zeros_first_half += a[j] == 0 && j < N / 2;
+            mean += a[j] / N;
+            assert_true(a[j] <= HARNESS_RATE_CAP);
+            if (s == 0 && a[j] != 0) assert_true(fabs(a[j] - 0.01 * N / (N - 1690)) < 1e-12);
+        }
+        assert_int_equal(zeros, 1690);                               /* round(0.3 x 5632) */
+        assert_true(zeros_first_half > 700 && zeros_first_half < 990); /* spread, not a block */
+        assert_true(fabs(mean - 0.01) < 1e-9);
+        rng = 11;
+        SJ_ASSERT_OK(harness_unit_shifts(0.01, s, 0.3, 21.0, N, &rng, b));
+        for (int j = 0; j < N; j++) assert_true(fabs(0.5 * erfc(b[j] / (21.0 * sqrt(2.0))) - a[j]) < 1e-6 * a[j] + 1e-12);
+    }
+    SJ_ASSERT_STATUS(harness_unit_rates(0.01, 5, 0, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "skew 5");
+    SJ_ASSERT_STATUS(harness_unit_rates(0, 1, 0, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "expected density in (0, 1]");
+    SJ_ASSERT_STATUS(harness_unit_rates(0.01, 1, 0.95, N, &rng, a), SJ_ERR_INVALID_ARGUMENT, "dead in [0, 0.9]");
+    SJ_ASSERT_STATUS(harness_unit_rates(0.4, 1, 0.5, N, &rng, a), SJ_ERR_INVALID_ARGUMENT,
+                     "2816 of 5632 units dead leave the others a mean rate of 0.8: expected at most 0.5");
 }
 
 /* The ops refuse bad arguments before they look for a kernel. On a machine whose GPU is sm_90a,

@@ -80,6 +80,19 @@ void tu_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state)
     for (size_t i = 0; i < n; i++) x[i] = tu_to16(dt, (float)(tu_uniform(state) * scale));
 }
 
+void tu_random_vnm(sj_context *ctx, sj_dtype dt, int v, int m, int64_t rows, int64_t cols, uint64_t *rng, sj_vnm_host *h,
+                   sj_vnm_device *d)
+{
+    sj_vnm_layout l;
+    SJ_ASSERT_OK(sj_vnm_layout_init(&l, dt, v, 2, m, rows, cols));
+    uint16_t *A = malloc((size_t)(rows * cols) * 2);
+    assert_non_null(A);
+    tu_fill16(dt, A, (size_t)(rows * cols), 1.0f, rng);
+    SJ_ASSERT_OK(sj_vnm_compress(&l, A, cols, SJ_VNM_PRUNE_L2, h));
+    free(A);
+    if (d) SJ_ASSERT_OK(sj_vnm_upload(ctx, h, d));
+}
+
 double tu_load(sj_dtype dt, const void *buf, size_t i)
 {
     if (dt == SJ_DTYPE_F32) return ((const float *)buf)[i];

@@ -37,6 +37,10 @@ uint16_t tu_to16(sj_dtype dt, float f);
 float tu_from16(sj_dtype dt, uint16_t h);
 /* Fills n 16-bit values of dtype with uniform [-scale, scale). */
 void tu_fill16(sj_dtype dt, uint16_t *x, size_t n, float scale, uint64_t *state);
+/* A random W (rows x cols, uniform in [-1, 1)) pruned to V:2:M by magnitude into h on the host,
+ * and uploaded into d when d is not NULL (ctx then a GPU context). */
+void tu_random_vnm(sj_context *ctx, sj_dtype dt, int v, int m, int64_t rows, int64_t cols, uint64_t *rng, sj_vnm_host *h,
+                   sj_vnm_device *d);
 /* Reads element i of an output buffer of dtype (f16, bf16 or f32) as double. */
 double tu_load(sj_dtype dt, const void *buf, size_t i);
 /* C = A.B in fp64 from 16-bit inputs, row-major, A m x k (lda), B k x n (ldb). */

@@ -23,19 +23,6 @@ static const sj_dtype OUTS[] = { SJ_DTYPE_F16, SJ_DTYPE_BF16, SJ_DTYPE_F32 };
 
 static double tolerance(sj_dtype in, sj_dtype out) { return in == SJ_DTYPE_BF16 || out == SJ_DTYPE_BF16 ? 1e-2 : 5e-3; }
 
-/* A random W (rows x cols) pruned to V:2:M by magnitude, on the host and the device. */
-static void random_w(sj_context *ctx, sj_dtype dt, int v, int m, int64_t rows, int64_t cols, uint64_t *rng,
-                     sj_vnm_host *h, sj_vnm_device *d)
-{
-    sj_vnm_layout l;
-    SJ_ASSERT_OK(sj_vnm_layout_init(&l, dt, v, 2, m, rows, cols));
-    uint16_t *A = malloc((size_t)(rows * cols) * 2);
-    tu_fill16(dt, A, (size_t)(rows * cols), 1.0f, rng);
-    SJ_ASSERT_OK(sj_vnm_compress(&l, A, cols, SJ_VNM_PRUNE_L2, h));
-    free(A);
-    if (d) SJ_ASSERT_OK(sj_vnm_upload(ctx, h, d));
-}
-
 static sj_devptr upload(sj_context *ctx, const void *host, size_t bytes)
 {
     sj_devptr p;
@@ -99,7 +86,7 @@ static void test_entry_points_refuse(void **state)
     sj_context *ctx = tu_compile_context("sm_90a");
     assert_non_null(ctx);
     sj_vnm_host h;
-    random_w(ctx, SJ_DTYPE_F16, 64, 8, 128, 96, &rng, &h, NULL);
+    tu_random_vnm(ctx, SJ_DTYPE_F16, 64, 8, 128, 96, &rng, &h, NULL);
     sj_vnm_device W = { .layout = h.layout, .values = 4096, .meta = 8192, .index = 16384 };
     sj_problem p;
     SJ_ASSERT_OK(sj_vnm_dw_problem(&h.layout, 64, SJ_DTYPE_F32, &p));
@@ -134,7 +121,7 @@ static double run_dw(sj_context *ctx, sj_dtype dt, sj_dtype od, int v, int m, in
 {
     sj_vnm_host h;
     sj_vnm_device W;
-    random_w(ctx, dt, v, m, rows, cols, rng, &h, &W);
+    tu_random_vnm(ctx, dt, v, m, rows, cols, rng, &h, &W);
     uint16_t *dY = random16(dt, (size_t)(rows * tokens), rng), *X = random16(dt, (size_t)(cols * tokens), rng);
     sj_devptr ddY = upload(ctx, dY, (size_t)(rows * tokens) * 2), dX = upload(ctx, X, (size_t)(cols * tokens) * 2), ddW;
     const size_t n = h.layout.values_bytes / 2, osz = sj_dtype_size(od);
@@ -261,7 +248,7 @@ static void test_transpose_and_double_prune(void **state)
                 const int64_t rows = v + 45, cols = 9 * m + 7, ldt = rows + 5;
                 sj_vnm_host h, want, got;
                 sj_vnm_device W;
-                random_w(ctx, dt, v, m, rows, cols, &rng, &h, &W);
+                tu_random_vnm(ctx, dt, v, m, rows, cols, &rng, &h, &W);
                 /* the dense W^T, its 5 columns past rows poisoned and left alone */
                 uint16_t *D = malloc((size_t)(rows * cols) * 2), *T = malloc((size_t)(cols * ldt) * 2);
                 SJ_ASSERT_OK(sj_vnm_decompress(&h, D, cols));
@@ -323,7 +310,7 @@ static void test_dx_both_ways(void **state)
                 const int64_t rows = 3 * v + 8, cols = 20 * m + 8, tokens = 8 * (int64_t)(19 + 4 * mi);
                 sj_vnm_host h, h2;
                 sj_vnm_device W, W2;
-                random_w(ctx, dt, v, m, rows, cols, &rng, &h, &W);
+                tu_random_vnm(ctx, dt, v, m, rows, cols, &rng, &h, &W);
                 uint16_t *dY = random16(dt, (size_t)(rows * tokens), &rng);
                 sj_devptr ddY = upload(ctx, dY, (size_t)(rows * tokens) * 2), dT, ddX;
                 const size_t nx = (size_t)(cols * tokens), osz = sj_dtype_size(od);

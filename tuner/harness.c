@@ -292,24 +292,28 @@ static double capped_mean(const double *w, int64_t n, double c, double cap)
     return sum / (double)n;
 }
 
-sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate)
+/* Fisher-Yates over n values. */
+static void shuffle(double *v, int64_t n, uint64_t *rng)
 {
-    if (!(density > 0 && density <= 1) || !(skew >= 0 && skew <= SJ_TWELL_MAX_SKEW) || n < 1 || !rng || !rate)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: density %g, skew %g, n %lld: expected density in "
-                       "(0, 1], skew in [0, %g], n >= 1", density, skew, (long long)n, SJ_TWELL_MAX_SKEW);
+    for (int64_t j = n - 1; j > 0; j--) {
+        int64_t i = (int64_t)(harness_next_unit(rng) * (double)(j + 1));
+        double t = v[j];
+        v[j] = v[i];
+        v[i] = t;
+    }
+}
+
+/* The rates of n units that all fire (harness_unit_rates without dead units). */
+static void live_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate)
+{
     if (skew == 0 || density >= HARNESS_RATE_CAP) {
         for (int64_t j = 0; j < n; j++) rate[j] = density;
-        return SJ_OK;
+        return;
     }
     /* rank r (1..n) of a random order: weight r^-skew; rate = min(c * weight, cap), with c found
      * by bisection so that the mean is density (the mean rises with c up to cap > density) */
     for (int64_t j = 0; j < n; j++) rate[j] = (double)(j + 1);
-    for (int64_t j = n - 1; j > 0; j--) {
-        int64_t i = (int64_t)(harness_next_unit(rng) * (double)(j + 1));
-        double t = rate[j];
-        rate[j] = rate[i];
-        rate[i] = t;
-    }
+    shuffle(rate, n, rng);
     for (int64_t j = 0; j < n; j++) rate[j] = pow(rate[j], -skew);
     double lo = 0, hi = 1;
     while (capped_mean(rate, n, hi, HARNESS_RATE_CAP) < density) hi *= 2;
@@ -319,14 +323,35 @@ sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *r
         else hi = mid;
     }
     for (int64_t j = 0; j < n; j++) rate[j] = fmin(hi * rate[j], HARNESS_RATE_CAP);
+}
+
+sj_status harness_unit_rates(double density, double skew, double dead, int64_t n, uint64_t *rng, double *rate)
+{
+    if (!(density > 0 && density <= 1) || !(skew >= 0 && skew <= SJ_TWELL_MAX_SKEW) ||
+        !(dead >= 0 && dead <= SJ_TWELL_MAX_DEAD) || n < 1 || !rng || !rate)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: density %g, skew %g, dead %g, n %lld: expected "
+                       "density in (0, 1], skew in [0, %g], dead in [0, %g], n >= 1", density, skew, dead, (long long)n,
+                       SJ_TWELL_MAX_SKEW, SJ_TWELL_MAX_DEAD);
+    int64_t silent = llround(dead * (double)n), live = n - silent;
+    double live_density = density * (double)n / (double)live;
+    if (live < 1 || live_density > 1 || (skew > 0 && silent > 0 && live_density > HARNESS_RATE_CAP))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "harness_unit_rates: %lld of %lld units dead leave the others a mean "
+                         "rate of %g: expected at most %g%s", (long long)silent, (long long)n, live_density,
+                         skew > 0 ? HARNESS_RATE_CAP : 1.0, skew > 0 ? " (the cap of a skewed law)" : "");
+    live_rates(live_density, skew, live, rng, rate);
+    if (silent > 0) {   /* the dead units at random places among the live ones */
+        for (int64_t j = live; j < n; j++) rate[j] = 0;
+        shuffle(rate, n, rng);
+    }
     return SJ_OK;
 }
 
-sj_status harness_unit_shifts(double density, double skew, double sigma, int64_t n, uint64_t *rng, double *shift)
+sj_status harness_unit_shifts(double density, double skew, double dead, double sigma, int64_t n, uint64_t *rng,
+                              double *shift)
 {
-    sj_status st = harness_unit_rates(density, skew, n, rng, shift);
+    sj_status st = harness_unit_rates(density, skew, dead, n, rng, shift);
     if (st != SJ_OK) return st;
-    if (skew == 0) { /* all alike: one quantile */
+    if (skew == 0 && dead == 0) { /* all alike: one quantile */
         double z = sigma * harness_normal_quantile(1.0 - density);
         for (int64_t j = 0; j < n; j++) shift[j] = z;
         return SJ_OK;

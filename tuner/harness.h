@@ -114,16 +114,19 @@ sj_status harness_reference_gemm(sj_context *ctx, sj_dtype dtype, sj_devptr A, s
 /* The next value in [0, 1) of a seeded xorshift64* generator (state != 0): the order of the
  * units of a skewed law. Matrices come from the counter-based generator (counter_rng.h). */
 double harness_next_unit(uint64_t *state);
-/* The firing rate of each of n units (d_ff columns) for generated TwELL inputs: all equal to
- * density when skew is 0; else unit of rank r in a random order fires at a rate proportional
- * to r^-skew, capped at HARNESS_RATE_CAP, scaled so the mean is density (at 1% density and
- * d_ff 11008 the busiest fifth of the units carries 44% of the non-zeros at skew 0.5, 76% at 1,
- * 98% at 2). density at or above the cap: all equal. */
+/* The firing rate of each of n units (d_ff columns) for generated TwELL inputs. A share `dead`
+ * of them (round(dead n) units at random places) never fires; the live ones share the mean, so
+ * the rates average density over all n: all equal when skew is 0; else the live unit of rank r
+ * in a random order fires at a rate proportional to r^-skew, capped at HARNESS_RATE_CAP (at 1%
+ * density and d_ff 11008 the busiest fifth of the units carries 44% of the non-zeros at skew
+ * 0.5, 76% at 1, 98% at 2). A live mean at or above the cap: all live ones equal. With dead = 0
+ * the rates (and the rng's draws) are those of the law without dead units. */
 #define HARNESS_RATE_CAP 0.5
-sj_status harness_unit_rates(double density, double skew, int64_t n, uint64_t *rng, double *rate);
+sj_status harness_unit_rates(double density, double skew, double dead, int64_t n, uint64_t *rng, double *rate);
 /* The same units' pre-activation shifts: unit j fires (x . w > shift[j] for x . w ~ N(0, sigma^2))
- * at its rate from harness_unit_rates. */
-sj_status harness_unit_shifts(double density, double skew, double sigma, int64_t n, uint64_t *rng, double *shift);
+ * at its rate from harness_unit_rates (a dead unit's shift is 10 sigma: it never fires). */
+sj_status harness_unit_shifts(double density, double skew, double dead, double sigma, int64_t n, uint64_t *rng,
+                              double *shift);
 /* A new device buffer holding `bytes` from host. */
 sj_status harness_upload(sj_context *ctx, const void *host, size_t bytes, sj_devptr *out);
 uint16_t harness_f32_to_16(sj_dtype dtype, float f);

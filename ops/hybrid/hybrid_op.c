@@ -11,6 +11,7 @@
 #include "core/problem.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
+#include "ops/twell/twell.h"
 
 #include <stdio.h>
 
@@ -33,7 +34,7 @@ static sj_status validate_rows(const sj_problem *p, int64_t d_ff, const char *fi
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "problem.twell_skew = %g: expected 0 .. %g, and > 0 only with problem.twell_sparsity >= 0.5 (it is %g)",
                          p->twell_skew, SJ_TWELL_MAX_SKEW, p->twell_sparsity);
-    return SJ_OK;
+    return twell_check_dead(p);
 }
 
 static sj_status validate(const sj_problem *p) { return validate_rows(p, p->n, "n"); }
@@ -50,9 +51,11 @@ static sj_status validate_ffn(const sj_problem *p)
 
 static void key_text(const sj_problem *p, char *buf, size_t len)
 {
+    char skew[24] = "", dead[24];
+    if (p->twell_skew > 0) snprintf(skew, sizeof skew, ",A=%.4g", p->twell_skew);
+    twell_dead_key(p, dead, sizeof dead);
     if (p->twell_sparsity > 0)
-        snprintf(buf, len, p->twell_skew > 0 ? "W=%d,S=%.4g,A=%.4g" : "W=%d,S=%.4g", p->twell_capacity,
-                 p->twell_sparsity, p->twell_skew);
+        snprintf(buf, len, "W=%d,S=%.4g%s%s", p->twell_capacity, p->twell_sparsity, skew, dead);
     else
         snprintf(buf, len, "W=%d", p->twell_capacity);
 }
@@ -83,9 +86,10 @@ static void fill_defaults_ffn(sj_problem *p)
 
 static void label(const sj_problem *p, char *buf, size_t len)
 {
-    char skew[24] = "";
+    char skew[24] = "", dead[24];
     if (p->twell_skew > 0) snprintf(skew, sizeof skew, "/A%g", p->twell_skew);
-    snprintf(buf, len, "%g%s@W%d", p->twell_sparsity, skew, p->twell_capacity);
+    twell_dead_label(p, dead, sizeof dead);
+    snprintf(buf, len, "%g%s%s@W%d", p->twell_sparsity, skew, dead, p->twell_capacity);
 }
 
 /* 256 tokens, d_ff 1024, d_model 512, W = 128 at 99% zeros. */

@@ -82,6 +82,7 @@ static sj_status part_problems(const sj_problem *p, sj_problem *gate, sj_problem
     if (st != SJ_OK || (st = sj_hybrid_gate_problem(&l, p->n, gate)) != SJ_OK) return st;
     gate->twell_sparsity = p->twell_sparsity;
     gate->twell_skew = p->twell_skew;
+    gate->twell_dead = p->twell_dead;
     *fwd = *p;
     fwd->op = SJ_OP_HYBRID_FFN_FWD;
     *dx = *p;

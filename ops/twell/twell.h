@@ -22,6 +22,14 @@ enum { TWELL_STREAM_X = 1, TWELL_STREAM_WG, TWELL_STREAM_WU, TWELL_STREAM_WD, TW
  * so a reference has something to compare), else C / (2T) (tiles then hold C/2 on average and
  * rarely overflow). */
 double twell_target_density(const sj_problem *p);
+/* problem.twell_dead (the share of never-firing units in generated inputs): in [0,
+ * SJ_TWELL_MAX_DEAD], and > 0 only with a sparsity whose non-zeros the live units can carry at
+ * rates of at most HARNESS_RATE_CAP. The twell and hybrid ops' validation shares it. */
+sj_status twell_check_dead(const sj_problem *p);
+/* The law's part of a cache key (",D=dead" when there are dead units, else nothing) and of a
+ * label ("/Ddead"), after the sparsity and skew parts. */
+void twell_dead_key(const sj_problem *p, char *buf, size_t len);
+void twell_dead_label(const sj_problem *p, char *buf, size_t len);
 
 /* The gate's inputs for a twell-gate problem (m tokens, n = d_ff, k = d_model): X (m x k) and
  * WgT (n x k) uniform in [-1, 1), column 0 of X all ones and column 0 of WgT each unit's bias,

@@ -8,8 +8,37 @@
 #include "tuner/random_fill.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+sj_status twell_check_dead(const sj_problem *p)
+{
+    double dead = p->twell_dead;
+    if (!(dead >= 0 && dead <= SJ_TWELL_MAX_DEAD))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_dead = %g: expected a share of never-firing units in "
+                         "[0, %g]", dead, SJ_TWELL_MAX_DEAD);
+    if (dead > 0 && !(p->twell_sparsity > 0))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_dead = %g needs problem.twell_sparsity > 0 (the "
+                         "non-zeros the live units share)", dead);
+    if (dead > 0 && (1 - p->twell_sparsity) / (1 - dead) > HARNESS_RATE_CAP)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.twell_dead = %g with problem.twell_sparsity = %g leaves the "
+                         "live units a mean rate of %g: expected at most %g", dead, p->twell_sparsity,
+                         (1 - p->twell_sparsity) / (1 - dead), HARNESS_RATE_CAP);
+    return SJ_OK;
+}
+
+void twell_dead_key(const sj_problem *p, char *buf, size_t len)
+{
+    if (p->twell_dead > 0) snprintf(buf, len, ",D=%.4g", p->twell_dead);
+    else if (len) buf[0] = 0;
+}
+
+void twell_dead_label(const sj_problem *p, char *buf, size_t len)
+{
+    if (p->twell_dead > 0) snprintf(buf, len, "/D%g", p->twell_dead);
+    else if (len) buf[0] = 0;
+}
 
 double twell_target_density(const sj_problem *p)
 {
@@ -59,8 +88,8 @@ sj_status twell_gate_inputs(const sj_problem *gate, uint64_t seed, twell_gate_la
     /* x . w over the K-1 random terms has variance (K-1)/9 (uniform [-1,1): 1/3 each); unit j's
      * bias makes it fire at its rate (all alike unless the problem has a skew). */
     uint64_t rng = unit_rng(seed);
-    if ((st = harness_unit_shifts(twell_target_density(gate), gate->twell_skew, sqrt((double)(K - 1) / 9.0), N, &rng,
-                                  shift)) != SJ_OK)
+    if ((st = harness_unit_shifts(twell_target_density(gate), gate->twell_skew, gate->twell_dead,
+                                  sqrt((double)(K - 1) / 9.0), N, &rng, shift)) != SJ_OK)
         goto done;
     uint16_t one = harness_f32_to_16(gate->dtype, 1.0f);
     for (int64_t r = 0; r < M; r++) law->ones[r] = one;
@@ -102,7 +131,7 @@ sj_status twell_ffn_inputs(const sj_problem *p, uint64_t seed, twell_ffn_law *la
         st = error_set(SJ_ERR_OUT_OF_MEMORY, "twell inputs: out of memory for %lld unit rates", (long long)F);
     } else {
         uint64_t rng = unit_rng(seed);
-        if ((st = harness_unit_rates(twell_target_density(p), p->twell_skew, F, &rng, rate)) == SJ_OK)
+        if ((st = harness_unit_rates(twell_target_density(p), p->twell_skew, p->twell_dead, F, &rng, rate)) == SJ_OK)
             for (int64_t j = 0; j < F; j++) law->threshold[j] = crng_threshold(rate[j]);
     }
     free(rate);

@@ -28,7 +28,7 @@ static sj_status validate(const sj_problem *p)
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "problem.twell_skew = %g needs problem.twell_sparsity >= 0.5 (it is %g): a unit's rate is "
                          "capped at 0.5", p->twell_skew, p->twell_sparsity);
-    return SJ_OK;
+    return twell_check_dead(p);
 }
 
 static sj_status validate_ffn(const sj_problem *p)
@@ -45,8 +45,11 @@ static sj_status validate_ffn(const sj_problem *p)
  * tuned then still match. */
 static void law_text(const sj_problem *p, char *buf, size_t len)
 {
+    char skew[24] = "", dead[24];
+    if (p->twell_skew > 0) snprintf(skew, sizeof skew, ",A=%.4g", p->twell_skew);
+    twell_dead_key(p, dead, sizeof dead);
     if (p->twell_sparsity > 0)
-        snprintf(buf, len, p->twell_skew > 0 ? ",S=%.4g,A=%.4g" : ",S=%.4g", p->twell_sparsity, p->twell_skew);
+        snprintf(buf, len, ",S=%.4g%s%s", p->twell_sparsity, skew, dead);
     else if (len)
         buf[0] = 0;
 }
@@ -76,9 +79,10 @@ static void fill_defaults(sj_problem *p)
 
 static void label(const sj_problem *p, char *buf, size_t len)
 {
-    char skew[24] = ""; /* the input law, when not iid */
+    char skew[24] = "", dead[24]; /* the input law, when not iid */
     if (p->twell_skew > 0) snprintf(skew, sizeof skew, "/A%g", p->twell_skew);
-    snprintf(buf, len, "%g%s@T%d:C%d", p->twell_sparsity, skew, p->twell_tile, p->twell_capacity);
+    twell_dead_label(p, dead, sizeof dead);
+    snprintf(buf, len, "%g%s%s@T%d:C%d", p->twell_sparsity, skew, dead, p->twell_tile, p->twell_capacity);
 }
 
 /* 256 tokens, d_ff 1024, d_model 512, TwELL 128:16 at 99% sparsity. */

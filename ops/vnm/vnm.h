@@ -6,6 +6,7 @@
 
 extern const harness_ops harness_vnm;    /* vnm_harness.c */
 extern const harness_ops harness_vnm_dw; /* vnm_dw_harness.c */
+extern const harness_ops harness_vnm_dx; /* vnm_dx_harness.c */
 
 /* Launches a vnm-dw kernel (templates/vnm_dw.lua's ABI: the arrays, the sizes, then dY's TMA
  * descriptor, zeros off sm_90a) of problem p: sj_vnm_dw's and the harness's one launch path

@@ -1,7 +1,8 @@
 /* vnm_op.c: the descriptors of the V:N:M ops: vnm-spmm (C = alpha * A_vnm . B + beta * C on
  * sparse tensor cores, with an optional low-rank term U . Z in the same kernel, tuned), vnm-compress (dense -> V:N:M on the device, one config), and for
  * training vnm-dw (the sampled weight gradient into W's value layout, tuned) and vnm-transpose
- * (compressed W -> dense masked W^T, one config; docs/training.md), and gmp-prune (one GMP
+ * (compressed W -> dense masked W^T, one config; docs/training.md), vnm-dx (the exact input
+ * gradient W^T . dY from W's compressed form, tuned; a candidate, not the default), and gmp-prune (one GMP
  * pruning step of a dense W and its mask, a kernel per stage). All read V:N:M from the
  * problem and carry it in the cache key. */
 #include "core/error.h"
@@ -35,13 +36,13 @@ static sj_status validate_spmm(const sj_problem *p)
     return SJ_OK;
 }
 
-/* vnm-dw also needs whole 16-byte rows of dY and X (k = tokens). */
-static sj_status validate_dw(const sj_problem *p)
+/* vnm-dw and vnm-dx also need whole 16-byte rows of their token-major operands (k = tokens). */
+static sj_status validate_tokens(const sj_problem *p)
 {
     sj_status st = validate(p);
     if (st != SJ_OK) return st;
     if (p->k % 8)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.k = %lld (tokens) must be a multiple of 8 (16-byte rows of dY and X)",
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "problem.k = %lld (tokens) must be a multiple of 8 (16-byte token rows)",
                          (long long)p->k);
     return SJ_OK;
 }
@@ -96,6 +97,13 @@ static void example_dw(sj_problem *p)
     fill_defaults(p);
 }
 
+/* dX of a 256 x 256 W (m = rows of W, n = cols of W, k = tokens) over 256 tokens. */
+static void example_dx(sj_problem *p)
+{
+    sj_problem_init(p, SJ_OP_VNM_DX, SJ_DTYPE_F16, 256, 256, 256);
+    fill_defaults(p);
+}
+
 /* W^T of a 256 x 256 W (n is unused; the entry points ask for 1). */
 static void example_transpose(sj_problem *p)
 {
@@ -135,6 +143,13 @@ static const op_variant variants_dw[] = {
       .sass = "HGMMA.64x128x16.F32,LDGSTS,SYNCS.ARRIVE,SYNCS.PHASECHK", .sass_absent = "HMMA.16816" },
     { .name = "sampled-wgmma-tma", .config = "WG=1,WM=64,WN=128,TMA=1", .arch = "sm_90a",
       .sass = "HGMMA.64x128x16.F32,LDGSTS,UTMALDG.2D,SYNCS.PHASECHK", .sass_absent = "HMMA.16816" },
+};
+
+/* Dense tensor cores on the compact rows: both operands reduction-major in shared memory
+ * (ldmatrix.trans), dY through a cp.async ring, W's pairs stored as 8-byte rows of 4. */
+static const op_variant variants_dx[] = {
+    { .name = "compact-mma-sync", .arch = "sm_80", .sass = "HMMA.16816.F32,LDGSTS,LDSM.16.MT88.4,STS.64",
+      .sass_absent = "HMMA.SP,HGMMA" },
 };
 
 /* A gather per element: loads and 16-bit stores, no matrix instruction. */
@@ -189,7 +204,7 @@ const op_desc op_vnm_dw = {
     .reads = OP_READS_VNM,
     .n_args = 9,
     .tunable = 1,
-    .validate = validate_dw,
+    .validate = validate_tokens,
     .key_text = key_text,
     .fill_defaults = fill_defaults,
     .label = label,
@@ -198,6 +213,24 @@ const op_desc op_vnm_dw = {
     .example = example_dw,
     .variants = variants_dw,
     .n_variants = sizeof variants_dw / sizeof *variants_dw,
+};
+
+const op_desc op_vnm_dx = {
+    .op = SJ_OP_VNM_DX,
+    .name = "vnm-dx",
+    .template_name = "vnm_dx",
+    .reads = OP_READS_VNM,
+    .n_args = 8,
+    .tunable = 1,
+    .validate = validate_tokens,
+    .key_text = key_text,
+    .fill_defaults = fill_defaults,
+    .label = label,
+    .harness = &harness_vnm_dx,
+    .baseline_help = "the dense GEMM W^T . dY (n x k over m: in x tokens over out) that it replaces",
+    .example = example_dx,
+    .variants = variants_dx,
+    .n_variants = sizeof variants_dx / sizeof *variants_dx,
 };
 
 /* A format conversion like vnm-compress: one config, nothing to bench it against. */

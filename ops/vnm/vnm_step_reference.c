@@ -179,19 +179,42 @@ static sj_status check_input(const crng_matrix *m, const char *what, sj_dtype dt
     return SJ_OK;
 }
 
-sj_status vnm_step_reference(const sj_vnm_host *W, const crng_matrix *X, const crng_matrix *dY, vnm_dx_rule rule,
-                             vnm_step_sample *out)
+/* SJ_OK when W and rule can be walked; out zeroed first. */
+static sj_status check_w_rule(const sj_vnm_host *W, vnm_dx_rule rule, vnm_step_sample *out)
 {
     if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "vnm_step_reference: out is NULL");
     memset(out, 0, sizeof *out);
     if (!W || !W->values || !W->meta || !W->index)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "vnm_step_reference: W or its arrays are NULL");
-    const sj_vnm_layout *l = &W->layout;
-    sj_status st = vnm_layout_check(l, "vnm_step_reference");
+    sj_status st = vnm_layout_check(&W->layout, "vnm_step_reference");
     if (st != SJ_OK) return st;
     if (rule != VNM_DX_DOUBLE_PRUNED && rule != VNM_DX_EXACT)
         return error_set(SJ_ERR_INVALID_ARGUMENT, "vnm_step_reference: rule %d: expected double-pruned (%d) or exact (%d)",
                          (int)rule, (int)VNM_DX_DOUBLE_PRUNED, (int)VNM_DX_EXACT);
+    return SJ_OK;
+}
+
+sj_status vnm_step_reference_dx(const sj_vnm_host *W, const crng_matrix *dY, vnm_dx_rule rule, vnm_step_sample *out)
+{
+    sj_status st = check_w_rule(W, rule, out);
+    if (st != SJ_OK) return st;
+    const sj_vnm_layout *l = &W->layout;
+    if (!dY || dY->cols < 1) return error_set(SJ_ERR_INVALID_ARGUMENT, "vnm_step_reference: dY is NULL or has no tokens");
+    if ((st = check_input(dY, "dY", l->dtype, l->rows, dY->cols)) != SJ_OK) return st;
+    out->dx_rows = harness_sample_count(l->cols);
+    out->tokens = dY->cols;
+    if (!(out->dx = malloc(sizeof *out->dx * (size_t)(out->dx_rows * out->tokens))))
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "vnm_step_reference: no host memory for dX's sampled rows");
+    if ((st = input_gradient(W, dY, rule, out)) != SJ_OK) vnm_step_sample_free(out);
+    return st;
+}
+
+sj_status vnm_step_reference(const sj_vnm_host *W, const crng_matrix *X, const crng_matrix *dY, vnm_dx_rule rule,
+                             vnm_step_sample *out)
+{
+    sj_status st = check_w_rule(W, rule, out);
+    if (st != SJ_OK) return st;
+    const sj_vnm_layout *l = &W->layout;
     if (!X || X->cols < 1) return error_set(SJ_ERR_INVALID_ARGUMENT, "vnm_step_reference: X is NULL or has no tokens");
     const int64_t T = X->cols;
     if ((st = check_input(X, "X", l->dtype, l->cols, T)) != SJ_OK || (st = check_input(dY, "dY", l->dtype, l->rows, T)) != SJ_OK)

@@ -33,6 +33,9 @@ typedef struct vnm_step_sample {
  * SJ_ERR_INVALID_ARGUMENT naming the input whose shape or dtype does not fit W. */
 sj_status vnm_step_reference(const sj_vnm_host *W, const crng_matrix *X, const crng_matrix *dY, vnm_dx_rule rule,
                              vnm_step_sample *out);
+/* dX's sampled rows alone (y_rows = 0, y and dw NULL), for dY (out x T): the sampled check of
+ * vnm-dx's harness. Same errors; free with vnm_step_sample_free. */
+sj_status vnm_step_reference_dx(const sj_vnm_host *W, const crng_matrix *dY, vnm_dx_rule rule, vnm_step_sample *out);
 void vnm_step_sample_free(vnm_step_sample *s);
 
 #endif

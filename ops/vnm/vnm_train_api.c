@@ -1,5 +1,6 @@
 /* vnm_train_api.c: the device entry points of V:N:M training (docs/training.md): the sampled
- * weight gradient (sj_vnm_dw, templates/vnm_dw.lua), the dense masked W^T (sj_vnm_transpose,
+ * weight gradient (sj_vnm_dw, templates/vnm_dw.lua), the exact input gradient from W's compressed
+ * form (sj_vnm_dx, templates/vnm_dx.lua; a candidate), the dense masked W^T (sj_vnm_transpose,
  * templates/vnm_transpose.lua), and on top of it the double-pruned copy for dX
  * (sj_vnm_double_prune: W^T, then the existing compressor by magnitude) and the exact dX
  * (sj_vnm_dx_exact: W^T, then the dense tensor-core gemm). Every call takes the caller's arrays
@@ -24,12 +25,14 @@ static sj_status check_w(const sj_vnm_device *W, int need_values, const char *wh
     return SJ_OK;
 }
 
-sj_status sj_vnm_dw_problem(const sj_vnm_layout *l, int64_t tokens, sj_dtype out_dtype, sj_problem *out)
+/* The problem of op (vnm-dw or vnm-dx) for W of layout l over tokens: m = rows, n = cols, k = tokens. */
+static sj_status training_problem(sj_op op, const sj_vnm_layout *l, int64_t tokens, sj_dtype out_dtype, sj_problem *out,
+                                  const char *what)
 {
-    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_vnm_dw_problem: out is NULL");
-    sj_status st = vnm_layout_check(l, "sj_vnm_dw_problem");
+    if (!out) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", what);
+    sj_status st = vnm_layout_check(l, what);
     if (st != SJ_OK) return st;
-    sj_problem_init(out, SJ_OP_VNM_DW, l->dtype, l->rows, l->cols, tokens);
+    sj_problem_init(out, op, l->dtype, l->rows, l->cols, tokens);
     out->out_dtype = out_dtype;
     out->vnm_v = l->v;
     out->vnm_n = l->n;
@@ -37,25 +40,40 @@ sj_status sj_vnm_dw_problem(const sj_vnm_layout *l, int64_t tokens, sj_dtype out
     return sj_problem_validate(out);
 }
 
-sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W, sj_devptr dY, sj_devptr X,
-                    sj_devptr dW_values, void *stream)
+/* The common checks of sj_vnm_dw and sj_vnm_dx: a valid problem of op that matches W (its
+ * metadata and index, and its values where need_values). */
+static sj_status check_training_call(sj_context *ctx, const sj_problem *p, sj_op op, const sj_vnm_device *W, int need_values,
+                                     const char *what)
 {
-    RT_USE_CONTEXT(ctx);
-    const char *what = "sj_vnm_dw";
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = sj_problem_validate(p);
     if (st != SJ_OK) return st;
-    if (p->op != SJ_OP_VNM_DW)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected vnm-dw", what, sj_op_name(p->op));
-    if ((st = check_w(W, 0, what)) != SJ_OK) return st;
+    if (p->op != op)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: problem.op is %s, expected %s", what, sj_op_name(p->op), sj_op_name(op));
+    if ((st = check_w(W, need_values, what)) != SJ_OK) return st;
     const sj_vnm_layout *l = &W->layout;
     if (p->dtype != l->dtype || p->m != l->rows || p->n != l->cols || p->vnm_v != l->v || p->vnm_n != l->n ||
         p->vnm_m != l->m)
         return error_set(SJ_ERR_INVALID_ARGUMENT,
                          "%s: problem (%s, m=%lld, n=%lld, V:N:M %d:%d:%d) does not match W (%s, %lldx%lld, %d:%d:%d); "
-                         "see sj_vnm_dw_problem",
+                         "see %s_problem",
                          what, sj_dtype_name(p->dtype), (long long)p->m, (long long)p->n, p->vnm_v, p->vnm_n, p->vnm_m,
-                         sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->v, l->n, l->m);
+                         sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->v, l->n, l->m, what);
+    return SJ_OK;
+}
+
+sj_status sj_vnm_dw_problem(const sj_vnm_layout *l, int64_t tokens, sj_dtype out_dtype, sj_problem *out)
+{
+    return training_problem(SJ_OP_VNM_DW, l, tokens, out_dtype, out, "sj_vnm_dw_problem");
+}
+
+sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W, sj_devptr dY, sj_devptr X,
+                    sj_devptr dW_values, void *stream)
+{
+    RT_USE_CONTEXT(ctx);
+    const char *what = "sj_vnm_dw";
+    sj_status st = check_training_call(ctx, p, SJ_OP_VNM_DW, W, 0, what);
+    if (st != SJ_OK) return st;
     if ((st = rt_check_ptr("dY", dY, 16)) != SJ_OK || (st = rt_check_ptr("X", X, 16)) != SJ_OK ||
         (st = rt_check_ptr("dW_values", dW_values, 16)) != SJ_OK)
         return error_prefix(st, "%s", what);
@@ -74,6 +92,27 @@ sj_status vnm_dw_launch(sj_context *ctx, const loaded_kernel *k, const sj_proble
     if (st != SJ_OK) return st;
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
     void *args[] = { &dY, &X, &meta, &index, &dW_values, &m, &n, &kk, &map_dy };
+    return rt_launch(ctx, k, RT_ARGS(args), stream);
+}
+
+sj_status sj_vnm_dx_problem(const sj_vnm_layout *l, int64_t tokens, sj_dtype out_dtype, sj_problem *out)
+{
+    return training_problem(SJ_OP_VNM_DX, l, tokens, out_dtype, out, "sj_vnm_dx_problem");
+}
+
+sj_status sj_vnm_dx(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W, sj_devptr dY, sj_devptr dX, void *stream)
+{
+    RT_USE_CONTEXT(ctx);
+    const char *what = "sj_vnm_dx";
+    sj_status st = check_training_call(ctx, p, SJ_OP_VNM_DX, W, 1, what);
+    if (st != SJ_OK) return st;
+    if ((st = rt_check_ptr("dY", dY, 16)) != SJ_OK || (st = rt_check_ptr("dX", dX, 16)) != SJ_OK)
+        return error_prefix(st, "%s", what);
+    const loaded_kernel *k;
+    if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
+    sj_devptr values = W->values, meta = W->meta, index = W->index;
+    void *args[] = { &values, &meta, &index, &dY, &dX, &m, &n, &kk };
     return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 

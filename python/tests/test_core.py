@@ -51,6 +51,9 @@ def test_every_status_has_its_exception():
     (dict(op="twell-ffn", shape="64x64x64"), "needs d_ff"),
     (dict(op="vnm-spmm", shape="64x64x64", rank=12), "lowrank_rank = 12: expected 0 \\(none\\) or a multiple of 8"),
     (dict(op="gemm", shape="64x64x64", rank=16), "gemm takes no low-rank term"),
+    (dict(op="twell-gate", shape="256x512x128", dead=0.95), "twell_dead = 0.95: expected a share"),
+    (dict(op="twell-ffn", shape="64x256x256", d_ff=1024, sparsity=0.9, dead=0.9),
+     "leaves the live units a mean rate of 1: expected at most 0.5"),
 ])
 def test_problem_argument_errors(kwargs, message):
     with pytest.raises(sparsejit.InvalidArgumentError, match=message):
@@ -62,6 +65,8 @@ def test_describe():
     assert sparsejit.describe(p) == "vnm-spmm bf16->f32 512x256x1024 V=128,NS=2,MS=8"
     p = sparsejit.make_problem("vnm-spmm", "512x256x1024", vnm="128:2:8", rank=32)
     assert sparsejit.describe(p) == "vnm-spmm f16->f16 512x256x1024 V=128,NS=2,MS=8,R=32"
+    p = sparsejit.make_problem("twell-gate", "256x512x128", skew=1, dead=0.25)
+    assert sparsejit.describe(p).endswith("T=128,C=16,S=0.99,A=1,D=0.25")
 
 
 def test_lowrank_kernel_generates_and_compiles(compile_ctx):

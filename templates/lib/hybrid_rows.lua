@@ -104,6 +104,16 @@ function R.default(problem)
   return { THREADS = t, B = 8, SPLIT = 0, STAGE = 0 }
 end
 
+-- The tuner's first candidates: the default, then its L2-blocked form at `split` (fwd 4, dx 8:
+-- the per-pass working sets bench/NOTES.md counts), where the shape allows it.
+function R.variants(problem, split, op)
+  local out = { R.default(problem) }
+  local cfg = R.default(problem)
+  cfg.SPLIT = split
+  if R.valid(problem, cfg, op) then out[#out + 1] = cfg end
+  return out
+end
+
 -- The declared density (0: unspecified, taken as 1%), as the harness generates it.
 function R.density(problem) return problem.SPARSITY > 0 and 1 - problem.SPARSITY or 0.01 end
 

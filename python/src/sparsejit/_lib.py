@@ -10,7 +10,7 @@ from ctypes import (POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int64
 from pathlib import Path
 
 #: The ABI this binding is written for (SJ_ABI_VERSION in include/sparsejit.h).
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class SparsejitError(RuntimeError):
@@ -86,7 +86,8 @@ class Problem(ctypes.Structure):
                 ("m", c_int64), ("n", c_int64), ("k", c_int64),
                 ("vnm_v", c_int), ("vnm_n", c_int), ("vnm_m", c_int),
                 ("twell_tile", c_int), ("twell_capacity", c_int), ("d_ff", c_int64),
-                ("twell_sparsity", c_double), ("twell_skew", c_double), ("lowrank_rank", c_int)]
+                ("twell_sparsity", c_double), ("twell_skew", c_double), ("twell_dead", c_double),
+                ("lowrank_rank", c_int)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)

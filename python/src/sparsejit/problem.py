@@ -10,7 +10,7 @@ from sparsejit._lib import InvalidArgumentError, Problem, call, lib
 
 DTYPES = ("f16", "bf16", "f32")
 OPS = ("gemm", "vnm-spmm", "twell-gate", "twell-ffn", "vnm-compress", "vnm-dw", "vnm-transpose", "hybrid-gate", "gmp-prune",
-       "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose")
+       "hybrid-ffn-fwd", "hybrid-ffn-dx", "hybrid-ffn-dw", "hybrid-transpose", "vnm-dx")
 #: The front ends' values for parameters left unset (the CLI's and the Lua module's).
 DEFAULT_VNM = "64:2:8"
 DEFAULT_TWELL = "128:16"
@@ -58,9 +58,9 @@ def parse_ints(text: str, count: int, what: str, example: str) -> tuple[int, ...
 
 def make_problem(op: str, shape: Shape, dtype: str = "f16", out_dtype: Optional[str] = None,
                  vnm: Optional[str] = None, twell: Optional[str] = None, d_ff: Optional[int] = None,
-                 sparsity: Optional[float] = None, skew: float = 0.0, rank: int = 0) -> Problem:
+                 sparsity: Optional[float] = None, skew: float = 0.0, rank: int = 0, dead: float = 0.0) -> Problem:
     """The sj_problem of op at shape (the CLI's --op --shape --dtype --out --vnm --twell --d-ff
-    --sparsity --skew --rank), validated by the library (which refuses a rank other ops than
+    --sparsity --skew --rank --dead), validated by the library (which refuses a rank other ops than
     vnm-spmm would ignore)."""
     m, n, k = parse_shape(shape)
     p = Problem()
@@ -74,6 +74,7 @@ def make_problem(op: str, shape: Shape, dtype: str = "f16", out_dtype: Optional[
         p.twell_tile, p.twell_capacity = parse_ints(twell or DEFAULT_TWELL, 2, "twell", "T:C such as 128:16")
         p.twell_sparsity = DEFAULT_SPARSITY if sparsity is None else float(sparsity)
         p.twell_skew = float(skew)
+        p.twell_dead = float(dead)
         if op == "twell-ffn":
             if d_ff is None:
                 raise InvalidArgumentError("twell-ffn needs d_ff (the FFN's inner size)")

@@ -84,7 +84,7 @@ def _options(strategy: str, budget_trials: int, budget_seconds: float, seed: int
 
 def tune(op: str, shape: Shape, *, dtype: str = "f16", out_dtype: Optional[str] = None, vnm: Optional[str] = None,
          twell: Optional[str] = None, d_ff: Optional[int] = None, sparsity: Optional[float] = None,
-         skew: float = 0.0, rank: int = 0, strategy: str = "random", budget_trials: int = 0,
+         skew: float = 0.0, rank: int = 0, dead: float = 0.0, strategy: str = "random", budget_trials: int = 0,
          budget_seconds: float = 0.0,
          seed: int = 1, threads: int = 0, warmup_ms: Optional[float] = None, rep_ms: Optional[float] = None,
          save: bool = True, cache: Optional[str] = None, device: int = 0,
@@ -95,7 +95,7 @@ def tune(op: str, shape: Shape, *, dtype: str = "f16", out_dtype: Optional[str] 
     CLI's), where later calls find them. progress: called after every candidate (default: a
     progress bar on stderr; return True to stop early, the best so far still wins).
     Raises NoGPUError, saying why, on a machine without a GPU."""
-    p = make_problem(op, shape, dtype, out_dtype, vnm, twell, d_ff, sparsity, skew, rank)
+    p = make_problem(op, shape, dtype, out_dtype, vnm, twell, d_ff, sparsity, skew, rank, dead)
     o = _options(strategy, budget_trials, budget_seconds, seed, threads, warmup_ms, rep_ms, save)
     show = progress if progress is not None else progress_bar()
     failure: list[BaseException] = []
@@ -134,11 +134,11 @@ def tune(op: str, shape: Shape, *, dtype: str = "f16", out_dtype: Optional[str] 
 
 def bench(op: str, shape: Shape, *, dtype: str = "f16", out_dtype: Optional[str] = None, vnm: Optional[str] = None,
           twell: Optional[str] = None, d_ff: Optional[int] = None, sparsity: Optional[float] = None,
-          skew: float = 0.0, rank: int = 0, cache: Optional[str] = None, device: int = 0,
+          skew: float = 0.0, rank: int = 0, dead: float = 0.0, cache: Optional[str] = None, device: int = 0,
           context: Optional[Context] = None) -> dict:
     """Times the kernel the op would use now (forced, tuned or default config), checked first
     against the tuner's reference (VerifyError when it disagrees)."""
-    p = make_problem(op, shape, dtype, out_dtype, vnm, twell, d_ff, sparsity, skew, rank)
+    p = make_problem(op, shape, dtype, out_dtype, vnm, twell, d_ff, sparsity, skew, rank, dead)
     ctx = context or Context(device, cache_path=cache)
     ctx.require_gpu("sparsejit.bench")
     r = BenchResult()
