@@ -136,6 +136,8 @@ for s in 11008x4096x8192 4096x11008x8192; do for m in 8 16; do
   [ $lean -eq 1 ] && [ "$s" != 11008x4096x8192 ] && continue
   for dt in f16 bf16; do bench --op vnm-dx --shape "$s" --dtype $dt --vnm "128:2:$m"; done
 done; done
+# and the step with it (vnm-train-sparse-dx: forward, vnm-dx, dW), exact like vnm-train-exact
+for m in 8 16; do bench --op vnm-train-sparse-dx --shape 11008x4096x8192 --dtype f16 --vnm "128:2:$m"; done
 # dW alone: the default (WG=1 on sm_90a) against the warp-specialised WG=2 (in the tuning space;
 # 1.4-1.9x slower than WG=1 where measured, H100 489becb), W 11008 x 4096 and 28672 x 8192 over 8192 tokens.
 for s in 11008x4096x8192 28672x8192x8192; do for m in 8 16; do

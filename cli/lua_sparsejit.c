@@ -53,7 +53,7 @@ typedef struct lua_fn_doc {
 
 #define PROBLEM_FIELDS \
     { "op", "string", "\"gemm\"", "the op, as the command's `--op` (its `--help` lists them; bench also takes " \
-      "benchmarks of several kernels: twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)" }, \
+      "benchmarks of several kernels: twell-ffn-block, vnm-train, vnm-train-exact, vnm-train-sparse-dx, ffn-train)" }, \
     { "dtype", "string", "\"f16\"", "input dtype: f16 or bf16" }, \
     { "out_dtype", "string", "dtype", "output dtype: f16, bf16 or f32" }, \
     { "shape", "table", "-", "{m, n, k}: the shape as `--shape MxNxK`, each in 1..2^30; or give m, n and k" }, \

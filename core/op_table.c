@@ -32,12 +32,14 @@ static const op_desc *const table[] = {
 enum { N_OPS = sizeof table / sizeof *table };
 
 /* Defined with their ops' family (ops/<family>/). */
-extern const op_bench bench_twell_ffn_block, bench_vnm_train, bench_vnm_train_exact, bench_ffn_train;
+extern const op_bench bench_twell_ffn_block, bench_vnm_train, bench_vnm_train_exact, bench_vnm_train_sparse_dx,
+    bench_ffn_train;
 
 static const op_bench *const benches[] = {
     &bench_twell_ffn_block,
     &bench_vnm_train,
     &bench_vnm_train_exact,
+    &bench_vnm_train_sparse_dx,
     &bench_ffn_train,
 };
 

@@ -92,7 +92,7 @@ for c in tune gen; do
     echo "$out" | grep -q "one of gemm, vnm-spmm, twell-gate, twell-ffn" || fail "$c --op twell-ffn-block must exit 2 naming the ops (got $rc: $out)"
 done
 out=$("$cli" bench --op nope --shape 1x1x1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)" ||
+[ $rc -eq 2 ] && echo "$out" | grep -q "unknown op 'nope'; expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, vnm-train-sparse-dx, ffn-train)" ||
   fail "bench --op nope must exit 2 naming ops and benchmarks (got $rc: $out)"
 # an option the op does not read is refused, not ignored
 for c in "gen --op gemm --vnm 64:2:8|--vnm does not apply to --op gemm (ops that read it: vnm-spmm" \
@@ -118,6 +118,8 @@ done
 # listed in bench's help with its shape; tune refuses it naming its parts; a bad argument exits 2
 "$cli" bench --help | grep -qE "^  vnm-train +forward, dX on W\^T double-pruned" || fail "bench --help must say what vnm-train times"
 "$cli" bench --help | grep -qE "^  vnm-train-exact +forward, exact dX" || fail "bench --help must say what vnm-train-exact times"
+"$cli" bench --help | grep -qE "^  vnm-train-sparse-dx +forward, exact dX from W's compressed form" ||
+  fail "bench --help must say what vnm-train-sparse-dx times"
 "$cli" bench --help | grep -qF "vnm-dw, vnm-dx, vnm-train*: rows of W x cols of W x tokens" || fail "bench --help: vnm-train's shape"
 out=$("$cli" tune --op vnm-train --shape 512x256x64 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "vnm-train is a benchmark of vnm-spmm + vnm-dw, not an op" || fail "tune --op vnm-train must exit 2 (got $rc: $out)"
@@ -236,7 +238,7 @@ if "$cli" info --json | grep -q '"has_gpu":true'; then
   row=$("$cli" bench --op twell-ffn-block --shape 300x256x256 --d-ff 1024 --rounds 1 --csv 2>&1) || fail "bench twell-ffn-block: $row"
   echo "$row" | grep -q ',twell-ffn-block,' || fail "bench twell-ffn-block must name itself: $row"
   echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench twell-ffn-block must report its check: $row"
-  for b in vnm-train vnm-train-exact; do
+  for b in vnm-train vnm-train-exact vnm-train-sparse-dx; do
     row=$("$cli" bench --op $b --shape 264x203x136 --vnm 64:2:8 --rounds 1 --csv 2>/dev/null) || fail "bench $b: $row"
     echo "$row" | grep -q ",$b,f16,f16,264,203,136,64:2:8," || fail "bench $b must name itself and its problem: $row"
     echo "$row" | awk -F, '{ e = $NF + 0; exit !(e > 0 && e < 5e-3) }' || fail "bench $b must report its check: $row"
@@ -292,7 +294,7 @@ else
   echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "compiled with NVRTC" || fail "tune without a GPU: $out"
   out=$("$cli" bench --op twell-ffn-block --shape 256x256x256 --d-ff 512 2>&1) || fail "bench without a GPU must exit 0: $out"
   echo "$out" | grep -q "nothing was timed" || fail "bench without a GPU: $out"
-  for b in vnm-train vnm-train-exact; do
+  for b in vnm-train vnm-train-exact vnm-train-sparse-dx; do
     out=$("$cli" bench --op $b --shape 11008x4096x8192 --vnm 128:2:8 --dtype bf16 2>&1) || fail "bench $b without a GPU must exit 0: $out"
     echo "$out" | grep -q "nothing was timed" && echo "$out" | grep -q "vnm-dw bf16->bf16 11008x4096x8192" || fail "bench $b without a GPU: $out"
   done

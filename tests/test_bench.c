@@ -93,14 +93,15 @@ static void test_benchmarks_beside_the_op_table(void **state)
     assert_int_equal(block->op, SJ_OP_TWELL_FFN);
     assert_string_equal(block->parts, "twell-gate + twell-ffn");
     assert_null(block->ops->launch_part);
-    /* a V:N:M layer's training step, double-pruned or exact dX: the vnm-dw problem, forward,
-     * dX and dW each timed alone too */
-    const char *steps[] = { "vnm-train", "vnm-train-exact" };
-    for (int i = 0; i < 2; i++) {
+    /* a V:N:M layer's training step, double-pruned, exact (dense W^T) or sparse exact dX: the
+     * vnm-dw problem, forward, dX and dW each timed alone too */
+    const char *steps[] = { "vnm-train", "vnm-train-exact", "vnm-train-sparse-dx" };
+    const char *parts[] = { "vnm-spmm + vnm-dw", "vnm-spmm + gemm + vnm-dw", "vnm-spmm + vnm-dx + vnm-dw" };
+    for (int i = 0; i < 3; i++) {
         const op_bench *step = op_bench_find_name(steps[i]);
         assert_non_null(step);
         assert_int_equal(step->op, SJ_OP_VNM_DW);
-        assert_string_equal(step->parts, i ? "vnm-spmm + gemm + vnm-dw" : "vnm-spmm + vnm-dw");
+        assert_string_equal(step->parts, parts[i]);
         assert_non_null(step->ops->launch_part);
         assert_string_equal(step->ops->part_names[0], "forward");
         assert_string_equal(step->ops->part_names[1], "dx");
@@ -201,8 +202,9 @@ static void test_baselines(void **state)
         /* the dense training step of W (out x in = m x f) over d tokens, either dX */
         sj_problem_init(&p, SJ_OP_VNM_DW, SJ_DTYPE_F16, m, f, d);
         p.vnm_v = 128, p.vnm_n = 2, p.vnm_m = 8;
-        for (int exact = 0; exact < 2; exact++) {
-            assert_int_equal(op_bench_find_name(exact ? "vnm-train-exact" : "vnm-train")->ops->baseline(&p, s), 3);
+        const char *steps[] = { "vnm-train", "vnm-train-exact", "vnm-train-sparse-dx" };
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(op_bench_find_name(steps[i])->ops->baseline(&p, s), 3);
             expect_step_is(&s[0], BASELINE_GEMM, m, d, f); /* Y = W . X: out x T over in */
             expect_step_is(&s[1], BASELINE_GEMM, f, d, m); /* dX = W^T . dY: in x T over out */
             expect_step_is(&s[2], BASELINE_GEMM, m, f, d); /* dW = dY . X^T: out x in over T */
@@ -312,6 +314,8 @@ static void test_flops_agree_between_tuner_and_bench(void **state)
         expect_near("vnm-train", flops, 3.0 * sparse);
         SJ_ASSERT_OK(bench_flops("vnm-train-exact", &p, &flops));
         expect_near("vnm-train-exact", flops, 2.0 * sparse + 2.0 * m * f * d);
+        SJ_ASSERT_OK(bench_flops("vnm-train-sparse-dx", &p, &flops));
+        expect_near("vnm-train-sparse-dx", flops, 3.0 * sparse);
 
         /* the FFN block's training step over hybrid activations: the dense gate, then the forward
          * (4 D a pair), dx (6 D) and dw (6 D) at the active pairs */
@@ -344,7 +348,7 @@ static void test_bench_refuses_what_it_cannot_run(void **state)
     SJ_ASSERT_STATUS(bench_run(NULL, "gemm", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "ctx is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "gemm", &gemm, NULL, &r), SJ_ERR_INVALID_ARGUMENT, "options is NULL");
     SJ_ASSERT_STATUS(bench_run(ctx, "no-such", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
-                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, ffn-train)");
+                     "expected an op (gemm, vnm-spmm, twell-gate, twell-ffn, vnm-dw, vnm-dx, hybrid-gate, hybrid-ffn-fwd, hybrid-ffn-dx, hybrid-ffn-dw) or a benchmark (twell-ffn-block, vnm-train, vnm-train-exact, vnm-train-sparse-dx, ffn-train)");
     SJ_ASSERT_STATUS(bench_run(ctx, "vnm-compress", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT, "a conversion with no harness");
     SJ_ASSERT_STATUS(bench_run(ctx, "twell-ffn-block", &gemm, &o, &r), SJ_ERR_INVALID_ARGUMENT,
                      "problem.op is gemm, expected a twell-ffn problem");

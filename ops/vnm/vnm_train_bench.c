@@ -1,7 +1,8 @@
-/* vnm_train_bench.c: bench_vnm_train and bench_vnm_train_exact, the benchmarks of one training
- * step of a V:N:M linear layer Y = W . X (W out x in, X in x T; docs/training.md), which is not
- * one op's kernel: `sparsejit bench --op vnm-train|vnm-train-exact` (and Lua's sparsejit.bench)
- * runs, each through its entry point,
+/* vnm_train_bench.c: bench_vnm_train, bench_vnm_train_exact and bench_vnm_train_sparse_dx, the
+ * benchmarks of one training step of a V:N:M linear layer Y = W . X (W out x in, X in x T;
+ * docs/training.md), which is not one op's kernel: `sparsejit bench --op vnm-train|
+ * vnm-train-exact|vnm-train-sparse-dx` (and Lua's sparsejit.bench) runs, each through its entry
+ * point,
  *   forward  Y = W . X           sj_vnm_spmm on W;
  *   dX       dX = W^T . dY       vnm-train: sj_vnm_spmm on WT2, the double-pruned copy of W^T
  *                                (SLoPe), which sj_vnm_double_prune builds once in setup, as a
@@ -9,6 +10,8 @@
  *                                vnm-train-exact: sj_vnm_dx_exact, which writes the dense masked
  *                                W^T (vnm-transpose) and then runs the dense gemm on it at every
  *                                call: both timed, as an exact step must redo W^T after an update;
+ *                                vnm-train-sparse-dx: sj_vnm_dx, the exact dX straight from W's
+ *                                compressed form (vnm-dx, a candidate not yet run on a GPU);
  *   dW       dY . X^T at W's kept slots, sj_vnm_dw into W's value layout;
  * against the dense step: three cuBLAS GEMMs of the same shapes (forward out x T over in, dX
  * in x T over out, dW out x in over T). It takes the vnm-dw problem (rows of W x cols of W x
@@ -37,7 +40,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const op_bench bench_vnm_train, bench_vnm_train_exact;
+extern const op_bench bench_vnm_train, bench_vnm_train_exact, bench_vnm_train_sparse_dx;
+
+/* How a benchmark computes dX: the SpMM on W^T double-pruned (vnm-train), the dense gemm on the
+ * masked W^T rewritten each step (vnm-train-exact), or vnm-dx (vnm-train-sparse-dx). */
+typedef enum { DX_DOUBLE_PRUNED, DX_DENSE_WT, DX_SPARSE } dx_path;
 
 /* The seed's streams of the step's inputs. */
 enum { STREAM_W = 1, STREAM_X, STREAM_DY };
@@ -47,8 +54,10 @@ static const char *const part_names[N_PARTS + 1] = { "forward", "dx", "dw", NULL
 
 struct bench_case {
     sj_problem p;            /* vnm-dw's: m = out, n = in, k = tokens */
-    vnm_dx_rule rule;
+    dx_path path;
+    vnm_dx_rule rule;        /* the reference's: double-pruned for DX_DOUBLE_PRUNED, else exact */
     sj_problem fwd, dx;      /* vnm-spmm of W (out x T over in) and of WT2 (in x T over out) */
+    sj_problem dx_sparse;    /* DX_SPARSE: vnm-dx's (sj_vnm_dx_problem) */
     crng_matrix X, dY;       /* the laws of X (in x T) and dY (out x T), for check() */
     sj_vnm_host w;           /* W's compressed form, copied back for check() */
     sj_vnm_device W, WT2;    /* WT2: vnm-train only */
@@ -56,9 +65,10 @@ struct bench_case {
     sj_devptr WT;            /* vnm-train-exact only: the dense W^T sj_vnm_dx_exact rewrites each step */
 };
 
-static const char *bench_name(vnm_dx_rule rule)
+static const char *bench_name(dx_path path)
 {
-    return rule == VNM_DX_EXACT ? bench_vnm_train_exact.name : bench_vnm_train.name;
+    return path == DX_DENSE_WT ? bench_vnm_train_exact.name
+         : path == DX_SPARSE   ? bench_vnm_train_sparse_dx.name : bench_vnm_train.name;
 }
 
 /* The vnm-spmm problem of a rows x cols V:N:M matrix of p's dtype and V:N:M times a cols x tokens
@@ -122,13 +132,28 @@ done:
     return st;
 }
 
-static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, vnm_dx_rule rule, bench_case **out)
+/* What dX's path needs beyond the common buffers: the dense W^T, the double-pruned WT2, or
+ * vnm-dx's problem. */
+static sj_status dx_setup(sj_context *ctx, bench_case *c)
+{
+    switch (c->path) {
+    case DX_DENSE_WT:
+        return sj_malloc(ctx, (size_t)(c->p.m * c->p.n) * 2, &c->WT);
+    case DX_SPARSE:
+        return sj_vnm_dx_problem(&c->W.layout, c->p.k, c->p.out_dtype, &c->dx_sparse);
+    default:
+        return double_prune(ctx, c);
+    }
+}
+
+static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, dx_path path, bench_case **out)
 {
     *out = NULL;
     bench_case *c = calloc(1, sizeof *c);
-    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench %s: no host memory", bench_name(rule));
+    if (!c) return error_set(SJ_ERR_OUT_OF_MEMORY, "bench %s: no host memory", bench_name(path));
     c->p = *p;
-    c->rule = rule;
+    c->path = path;
+    c->rule = path == DX_DOUBLE_PRUNED ? VNM_DX_DOUBLE_PRUNED : VNM_DX_EXACT;
     const int64_t rows = p->m, cols = p->n, tokens = p->k;
     const size_t osz = sj_dtype_size(p->out_dtype);
     spmm_problem(p, rows, cols, &c->fwd);
@@ -141,9 +166,8 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, vnm_
         (st = bench_output(ctx, (size_t)(rows * tokens) * osz, &c->Y)) != SJ_OK ||
         (st = bench_output(ctx, (size_t)(cols * tokens) * osz, &c->dX)) != SJ_OK ||
         (st = bench_output(ctx, c->W.layout.values_bytes / 2 * osz, &c->dW)) != SJ_OK ||
-        (st = rule == VNM_DX_EXACT ? sj_malloc(ctx, (size_t)(rows * cols) * 2, &c->WT) : double_prune(ctx, c)) != SJ_OK ||
-        (st = sj_synchronize(ctx)) != SJ_OK) {
-        st = error_prefix(st, "bench %s (setup)", bench_name(rule));
+        (st = dx_setup(ctx, c)) != SJ_OK || (st = sj_synchronize(ctx)) != SJ_OK) {
+        st = error_prefix(st, "bench %s (setup)", bench_name(path));
         teardown(ctx, c);
         return st;
     }
@@ -153,12 +177,17 @@ static sj_status setup(sj_context *ctx, const sj_problem *p, uint64_t seed, vnm_
 
 static sj_status setup_double_pruned(sj_context *ctx, const sj_problem *p, uint64_t seed, bench_case **out)
 {
-    return setup(ctx, p, seed, VNM_DX_DOUBLE_PRUNED, out);
+    return setup(ctx, p, seed, DX_DOUBLE_PRUNED, out);
 }
 
 static sj_status setup_exact(sj_context *ctx, const sj_problem *p, uint64_t seed, bench_case **out)
 {
-    return setup(ctx, p, seed, VNM_DX_EXACT, out);
+    return setup(ctx, p, seed, DX_DENSE_WT, out);
+}
+
+static sj_status setup_sparse_dx(sj_context *ctx, const sj_problem *p, uint64_t seed, bench_case **out)
+{
+    return setup(ctx, p, seed, DX_SPARSE, out);
 }
 
 static sj_status launch_part(sj_context *ctx, bench_case *c, int part)
@@ -167,12 +196,13 @@ static sj_status launch_part(sj_context *ctx, bench_case *c, int part)
     case PART_FORWARD:
         return sj_vnm_spmm(ctx, &c->fwd, &c->W, c->Xd, c->Y, 1.0f, 0.0f, NULL);
     case PART_DX:
-        if (c->rule == VNM_DX_EXACT) return sj_vnm_dx_exact(ctx, &c->W, c->WT, c->dYd, c->dX, c->p.k, c->p.out_dtype, NULL);
+        if (c->path == DX_DENSE_WT) return sj_vnm_dx_exact(ctx, &c->W, c->WT, c->dYd, c->dX, c->p.k, c->p.out_dtype, NULL);
+        if (c->path == DX_SPARSE) return sj_vnm_dx(ctx, &c->dx_sparse, &c->W, c->dYd, c->dX, NULL);
         return sj_vnm_spmm(ctx, &c->dx, &c->WT2, c->dYd, c->dX, 1.0f, 0.0f, NULL);
     case PART_DW:
         return sj_vnm_dw(ctx, &c->p, &c->W, c->dYd, c->Xd, c->dW, NULL);
     default:
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: part %d: expected 0..%d", bench_name(c->rule), part, N_PARTS - 1);
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "bench %s: part %d: expected 0..%d", bench_name(c->path), part, N_PARTS - 1);
     }
 }
 
@@ -201,7 +231,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
     if (st != SJ_OK) return st;
     unsigned char *y = malloc(row_bytes * (size_t)ref.y_rows), *dx = malloc(row_bytes * (size_t)ref.dx_rows);
     unsigned char *dw = malloc(esz * (size_t)(ref.y_rows * ref.dw_slots)), *tile = malloc((size_t)l->k_tiles * 256 * esz);
-    if (!y || !dx || !dw || !tile) st = error_set(SJ_ERR_OUT_OF_MEMORY, "bench %s: no host memory for the check", bench_name(c->rule));
+    if (!y || !dx || !dw || !tile) st = error_set(SJ_ERR_OUT_OF_MEMORY, "bench %s: no host memory for the check", bench_name(c->path));
     for (int i = 0; i < ref.y_rows && st == SJ_OK; i++) {
         int64_t r = harness_sample_row(l->rows, i);
         if ((st = sj_memcpy_dtoh(ctx, y + (size_t)i * row_bytes, c->Y + (sj_devptr)r * row_bytes, row_bytes)) == SJ_OK)
@@ -218,7 +248,7 @@ static sj_status check(sj_context *ctx, bench_case *c, double *rel_error)
         if (e_dw > *rel_error) *rel_error = e_dw;
         if (!(*rel_error <= harness_tolerance(&c->p)))
             st = error_set(SJ_ERR_VERIFY, "bench %s: relative errors against the fp64 host reference of sampled rows: "
-                           "Y %.3g, dX (%s) %.3g, dW %.3g; tolerance %.3g; not timed", bench_name(c->rule), e_y,
+                           "Y %.3g, dX (%s) %.3g, dW %.3g; tolerance %.3g; not timed", bench_name(c->path), e_y,
                            c->rule == VNM_DX_EXACT ? "exact" : "double-pruned", e_dx, e_dw, harness_tolerance(&c->p));
     }
     vnm_step_sample_free(&ref);
@@ -253,6 +283,14 @@ static double flops_exact(const sj_problem *p)
     return forward_and_dw_flops(p) + harness_gemm.flops(&dx);
 }
 
+/* dX by vnm-dx: its count (the kept non-zeros, as the SpMMs'). */
+static double flops_sparse_dx(const sj_problem *p)
+{
+    sj_problem dx = *p;
+    dx.op = SJ_OP_VNM_DX;
+    return forward_and_dw_flops(p) + harness_vnm_dx.flops(&dx);
+}
+
 /* The dense step: Y = W . X (out x T over in), dX = W^T . dY (in x T over out), dW = dY . X^T
  * (out x in over T). */
 static int baseline(const sj_problem *p, baseline_step steps[BASELINE_MAX])
@@ -283,6 +321,16 @@ static const bench_ops exact_ops = {
     .launch_part = launch_part,
 };
 
+static const bench_ops sparse_dx_ops = {
+    .setup = setup_sparse_dx,
+    .check = check,
+    .flops = flops_sparse_dx,
+    .baseline = baseline,
+    .teardown = teardown,
+    .part_names = part_names,
+    .launch_part = launch_part,
+};
+
 const op_bench bench_vnm_train = {
     .name = "vnm-train",
     .op = SJ_OP_VNM_DW,
@@ -297,4 +345,12 @@ const op_bench bench_vnm_train_exact = {
     .parts = "vnm-spmm + gemm + vnm-dw",
     .summary = "forward, exact dX (W^T rewritten each step, then gemm: both timed), dW; vs the same 3 GEMMs",
     .ops = &exact_ops,
+};
+
+const op_bench bench_vnm_train_sparse_dx = {
+    .name = "vnm-train-sparse-dx",
+    .op = SJ_OP_VNM_DW,
+    .parts = "vnm-spmm + vnm-dx + vnm-dw",
+    .summary = "forward, exact dX from W's compressed form (vnm-dx, a candidate), dW; vs the same 3 GEMMs",
+    .ops = &sparse_dx_ops,
 };
