@@ -14,4 +14,9 @@ extern const harness_ops harness_vnm_dx; /* vnm_dx_harness.c */
 sj_status vnm_dw_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr dY, sj_devptr X,
                         sj_devptr meta, sj_devptr index, sj_devptr dW_values, void *stream);
 
+/* The training-product harnesses' W (vnm-dw's and vnm-dx's problem: m x n, V:N:M, dtype): drawn
+ * from the seed's stream 1 and pruned and compressed by magnitude on the host into *w
+ * (vnm_dw_harness.c). */
+sj_status vnm_harness_weight(const sj_problem *p, uint64_t seed, sj_vnm_host *w);
+
 #endif

@@ -35,41 +35,46 @@ static void dw_teardown(harness *h)
     h->state = NULL;
 }
 
+sj_status vnm_harness_weight(const sj_problem *p, uint64_t seed, sj_vnm_host *w)
+{
+    sj_vnm_layout layout;
+    sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->n);
+    if (st != SJ_OK) return st;
+    const crng_matrix Wg = { p->dtype, crng_key(seed, 1), p->m, p->n, NULL };
+    uint16_t *W = malloc((size_t)(p->m * p->n) * sizeof *W);
+    if (!W)
+        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M weight", (long long)p->m,
+                         (long long)p->n);
+    crng_matrix_fill(&Wg, W);
+    st = sj_vnm_compress(&layout, W, p->n, SJ_VNM_PRUNE_L2, w);
+    free(W);
+    return st;
+}
+
 static sj_status dw_setup(harness *h, uint64_t seed)
 {
     const sj_problem *p = &h->problem;
     dw_state *s = calloc(1, sizeof *s);
     if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
-    sj_vnm_layout layout;
-    sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->n);
-    if (st != SJ_OK) return st;
     /* W is pruned and compressed on the host; dY, X and X^T are written on the device */
-    const crng_matrix Wg = { p->dtype, crng_key(seed, 1), p->m, p->n, NULL };
     const crng_matrix dYg = { p->dtype, crng_key(seed, 2), p->m, p->k, NULL };
     const crng_matrix Xg = { p->dtype, crng_key(seed, 3), p->n, p->k, NULL };
-    uint16_t *W = malloc((size_t)(p->m * p->n) * sizeof *W);
-    if (!W) {
-        st = error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M weight over %lld tokens",
-                       (long long)p->m, (long long)p->n, (long long)p->k);
-        goto done;
-    }
-    crng_matrix_fill(&Wg, W);
-    if ((st = sj_vnm_compress(&layout, W, p->n, SJ_VNM_PRUNE_L2, &s->w)) != SJ_OK) goto done;
+    sj_status st = vnm_harness_weight(p, seed, &s->w);
+    if (st != SJ_OK) return st;
+    const sj_vnm_layout layout = s->w.layout;
     if ((st = harness_upload(h->ctx, s->w.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
         (st = harness_upload(h->ctx, s->w.index, layout.index_bytes, &s->index)) != SJ_OK ||
         (st = random_device_matrix(h->ctx, &dYg, 0, &s->dY)) != SJ_OK ||
         (st = random_device_matrix(h->ctx, &Xg, 0, &s->X)) != SJ_OK ||
         (st = random_device_matrix(h->ctx, &Xg, 1, &s->Xt)) != SJ_OK)
-        goto done;
+        return st;
     h->out_count = layout.values_bytes / 2;
     h->out_rows = vnm_rows_padded(&layout);
     h->out_dtype = p->out_dtype;
-    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->dW)) != SJ_OK) goto done;
+    if ((st = sj_malloc(h->ctx, h->out_count * sj_dtype_size(p->out_dtype), &s->dW)) != SJ_OK) return st;
     h->out = s->dW;
-done:
-    free(W);
-    return st;
+    return SJ_OK;
 }
 
 static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)

@@ -10,6 +10,7 @@
  * dX, so the poisoned buffer catches any element not written. */
 #include "tuner/harness.h"
 #include "core/error.h"
+#include "ops/vnm/vnm.h"
 #include "ops/vnm/vnm_step_reference.h"
 #include "runtime/runtime.h"
 #include "tuner/random_fill.h"
@@ -40,19 +41,10 @@ static sj_status dx_setup(harness *h, uint64_t seed)
     dx_state *s = calloc(1, sizeof *s);
     if (!s) return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory");
     h->state = s;
-    sj_vnm_layout layout;
-    sj_status st = sj_vnm_layout_init(&layout, p->dtype, p->vnm_v, p->vnm_n, p->vnm_m, p->m, p->n);
-    if (st != SJ_OK) return st;
-    const crng_matrix Wg = { p->dtype, crng_key(seed, 1), p->m, p->n, NULL };
     s->dYg = (crng_matrix){ p->dtype, crng_key(seed, 2), p->m, p->k, NULL };
-    uint16_t *W = malloc((size_t)(p->m * p->n) * sizeof *W);
-    if (!W)
-        return error_set(SJ_ERR_OUT_OF_MEMORY, "harness: out of memory for a %lldx%lld V:N:M weight", (long long)p->m,
-                         (long long)p->n);
-    crng_matrix_fill(&Wg, W);
-    st = sj_vnm_compress(&layout, W, p->n, SJ_VNM_PRUNE_L2, &s->w);
-    free(W);
+    sj_status st = vnm_harness_weight(p, seed, &s->w);
     if (st != SJ_OK) return st;
+    const sj_vnm_layout layout = s->w.layout;
     if ((st = harness_upload(h->ctx, s->w.values, layout.values_bytes, &s->values)) != SJ_OK ||
         (st = harness_upload(h->ctx, s->w.meta, layout.meta_bytes, &s->meta)) != SJ_OK ||
         (st = harness_upload(h->ctx, s->w.index, layout.index_bytes, &s->index)) != SJ_OK ||
