@@ -37,14 +37,15 @@ local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local vnm = require "lib.vnm_common"
 
-local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES", "WG", "GROUP_M" }
+local PARAMS = { "BM", "BG", "BK", "WM", "WN", "STAGES", "WG", "GROUP_M", "TMA" }
 local MAX_ACC = 128             -- fp32 accumulators per thread
 local BM_EDGES = { 16, 32, 64, 128 }
 local BG_EDGES = { 8, 16, 32, 64 }
 local BK_EDGES = { 32, 64 }
 local WM_EDGES = { 16, 32, 64 }
 local WN_EDGES = { 16, 32, 64 }     -- WG=0's warp tiles; WG=1 takes WN = 4 * BG
-local PAD = 4                   -- floats of padding per row of the epilogue's tile
+local PAD = 8                   -- floats of padding per row of the epilogue's tile: 8 rows' float2
+                                -- stores (a half warp: 4 rows x 4 column pairs) hit distinct banks
 
 local cdiv, member = vnm.cdiv, vnm.member
 
@@ -54,10 +55,11 @@ local function layout(problem) return vnm.layout(problem.M, problem.N, problem.V
 local function pipe_bytes(cfg) return cfg.STAGES * (cfg.BM + 4 * cfg.BG) * cfg.BK * 2 end
 local function epi_bytes(cfg) return cfg.BM * (4 * cfg.BG + PAD) * 4 end
 -- WG >= 1 adds 1024 bytes to align the ring by hand (wgmma's swizzle atoms use absolute smem
--- bits); WG=2 also holds a full and an empty mbarrier per stage after the column index.
+-- bits); WG=2 also holds a full and an empty mbarrier per stage after the column index, TMA=1 a
+-- full mbarrier per stage there.
 local function smem_bytes(cfg)
   return math.max(pipe_bytes(cfg), epi_bytes(cfg)) + 4 * cfg.BG * 4 + (cfg.WG >= 1 and 1024 or 0)
-         + (cfg.WG == 2 and 16 * cfg.STAGES or 0)
+         + (cfg.WG == 2 and 16 * cfg.STAGES or 0) + (cfg.TMA == 1 and 8 * cfg.STAGES or 0)
 end
 
 -- Registers a thread may use at THREADS per block (64K a block, one block per SM).
@@ -108,6 +110,8 @@ local function valid(problem, cfg)
     return false, "WG=" .. cfg.WG .. " must be 0 (mma.sync), 1 (wgmma) or 2 (wgmma, warp specialised)"
   end
   if cfg.STAGES < 2 or cfg.STAGES > 4 then return false, "STAGES=" .. cfg.STAGES .. " must be 2..4" end
+  if cfg.TMA ~= 0 and cfg.TMA ~= 1 then return false, "TMA=" .. cfg.TMA .. " must be 0 (cp.async) or 1 (dY by TMA)" end
+  if cfg.TMA == 1 and cfg.WG ~= 1 then return false, "TMA=1 (dY by TMA) needs WG=1, got WG=" .. cfg.WG end
   if cfg.GROUP_M < 0 or cfg.GROUP_M > 64 then
     return false, "GROUP_M=" .. cfg.GROUP_M .. " must be 0 (every row tile inner) or 1..64 (row tiles per raster group)"
   end
@@ -126,7 +130,8 @@ local function space(problem)
   local wn = { table.unpack(WN_EDGES) }
   local wg = { 0 }
   if problem.arch == "sm_90a" then wn[#wn + 1] = 128; wn[#wn + 1] = 256; wg[2] = 1; wg[3] = 2 end
-  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg, GROUP_M = { 0, 8, 16, 32 } }
+  return { BM = BM_EDGES, BG = BG_EDGES, BK = BK_EDGES, WM = WM_EDGES, WN = wn, STAGES = { 2, 3, 4 }, WG = wg, GROUP_M = { 0, 8, 16, 32 },
+           TMA = problem.arch == "sm_90a" and { 0, 1 } or { 0 } }
 end
 
 -- Candidates in order of preference, first valid wins. On sm_90a with V >= 128 and at least 64
@@ -136,12 +141,12 @@ end
 -- than WG=0). Elsewhere WG=0: BM as large as the V block allows (the gathered X rows are shared
 -- by more rows), 128 gathered columns, 64-token stages.
 local PREFERRED = {
-  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1, GROUP_M = 0 },
-  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0 },
-  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0 },
-  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0 },
-  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0 },
-  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0, GROUP_M = 0 },
+  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1, GROUP_M = 0, TMA = 0 },
+  { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
+  { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
+  { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
+  { BM = 16,  BG = 16, BK = 64, WM = 16, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
+  { BM = 16,  BG = 8,  BK = 32, WM = 16, WN = 16, STAGES = 2, WG = 0, GROUP_M = 0, TMA = 0 },
 }
 
 -- The first of tiles that is valid for problem and accepted (accept may be nil), STAGES clamped to
@@ -171,7 +176,7 @@ end
 -- (bench/NOTES.md). An algorithm with no valid tile for the problem is left out.
 local WGMMA_TILES = {}
 for _, t in ipairs({ { 128, 64, 3 }, { 64, 32, 3 }, { 64, 16, 3 }, { 64, 8, 2 } }) do
-  WGMMA_TILES[#WGMMA_TILES + 1] = { BM = t[1], BG = t[2], BK = 64, WM = 64, WN = 4 * t[2], STAGES = t[3], WG = 1, GROUP_M = 0 }
+  WGMMA_TILES[#WGMMA_TILES + 1] = { BM = t[1], BG = t[2], BK = 64, WM = 64, WN = 4 * t[2], STAGES = t[3], WG = 1, GROUP_M = 0, TMA = 0 }
 end
 
 local function variants(problem)
@@ -222,11 +227,13 @@ local function generate(problem, cfg)
     SWZ = CH == 8 and "(r & 7)" or "((r >> 1) & 3)",
     gp_tail = L.GP % BG ~= 0,
     out_f32 = problem.out_dtype == "f32", pack_out = dout.pack2, WG = WG, GROUP_M = math.min(cfg.GROUP_M, TM),
+    -- WG=2's consumers would hold the producer's row addresses in registers their accumulators need
+    hoist = WG ~= 2, k_tail = K % BK ~= 0, tma = cfg.TMA == 1, BOXES = BM // 64,
     prelude = cuda.prelude(problem.dtype) .. (WG >= 1 and cuda.hopper() .. cuda.wgmma(din, BN) or ""),
   }
   e.entry = string.format("sj_vnm_dw_%s_%s_v%d_m%d_bm%d_bg%d_bk%d_wm%d_wn%d_s%d%s",
                           problem.dtype, problem.out_dtype, V, MS, BM, BG, BK, WM, WN, STAGES, WG == 2 and "_ws" or WG == 1 and "_wg" or "")
-            .. (cfg.GROUP_M > 0 and "_g" .. cfg.GROUP_M or "")
+            .. (cfg.GROUP_M > 0 and "_g" .. cfg.GROUP_M or "") .. (cfg.TMA == 1 and "_tma" or "")
 
   local kernel = emit.render(here(), [[
 typedef ${T} InT;
@@ -236,7 +243,8 @@ __device__ __forceinline__ sj_u32 sj_dw_swz(int r, int c) { return (sj_u32)(r * 
 $ -- Shape, V:N:M and config are constants; the int arguments only keep the op's ABI.
 extern "C" __global__ void __launch_bounds__(${THREADS}) ${entry}(
     const InT* __restrict__ dY, const InT* __restrict__ X, const sj_u32* __restrict__ W_meta,
-    const int* __restrict__ W_index, OutT* __restrict__ dW, int M_arg, int N_arg, int K_arg)
+    const int* __restrict__ W_index, OutT* __restrict__ dW, int M_arg, int N_arg, int K_arg,
+    const __grid_constant__ sj_tensor_map tm_dy)
 {
   (void)M_arg; (void)N_arg; (void)K_arg;
   extern __shared__ __align__(128) unsigned char sj_smem[];
@@ -281,13 +289,46 @@ $ if WG == 2 then
       sj_mbar_init(full0 + 8 * s, 128);
       sj_mbar_init(empty0 + 8 * s, ${THREADS - 128});
     }
+$ elseif tma then
+  /* full[s]: stage s's dY rows have landed (the TMA's bytes); the X rows are cp.async's. */
+  const sj_u32 full0 = smem0 + ${BAR_OFF};
+  if (tid == 0) {
+    for (int s = 0; s < ${STAGES}; ++s) sj_mbar_init(full0 + 8 * s, 1);
+    sj_mbar_fence_init();
+  }
 $ end
   __syncthreads();
+$ if hoist then
+
+  /* This thread's gathered X rows are the CTA's for every stage (only the tokens move): their
+     addresses are resolved once here, not re-read from the index and rebuilt at every stage. */
+  const InT* x_row[${IT_B}];
+#pragma unroll
+  for (int i = 0; i < ${IT_B}; ++i) {
+    const int q = tid + i * ${LT};
+$   if B_CH % LT ~= 0 then
+    const int col = q < ${B_CH} ? cols[q / ${CH}] : -1;
+$   else
+    const int col = cols[q / ${CH}];
+$   end
+    x_row[i] = col >= 0 ? X + (long long)col * ${K} + (q % ${CH}) * 8 : nullptr;
+  }
+$ end
 
   /* Copies tokens [ks*BK, ks*BK + BK) of the BM dY rows and the BN gathered X rows; rows past M,
      padding columns and tokens past K are zero-filled. */
   auto load_stage = [&](int ks, sj_u32 s) {
     const int t0 = ks * ${BK};
+$ if tma then
+    /* dY's BM x BK box(es) by TMA (rows past M and tokens past K arrive as zeros), 128-byte
+       swizzled as sj_dw_swz lays out the ring, completing on full[ks % STAGES] */
+    if (tid == 0) {
+      const sj_u32 bar = full0 + 8 * (ks % ${STAGES});
+      sj_mbar_expect_tx(bar, ${BM * BK * 2});
+#pragma unroll
+      for (int b = 0; b < ${BOXES}; ++b) sj_tma_load_2d(s + b * ${64 * BK * 2}, &tm_dy, t0, row0 + 64 * b, bar);
+    }
+$ else
 #pragma unroll
     for (int i = 0; i < ${IT_A}; ++i) {
       const int q = tid + i * ${LT};
@@ -299,6 +340,7 @@ $ end
       sj_cp_async16(s + sj_dw_swz(r, c), ok ? (const void*)(dY + (long long)(row0 + r) * ${K} + t0 + c * 8) : (const void*)dY,
                     ok ? 16 : 0);
     }
+$ end
 #pragma unroll
     for (int i = 0; i < ${IT_B}; ++i) {
       const int q = tid + i * ${LT};
@@ -306,10 +348,15 @@ $ if B_CH % LT ~= 0 then
       if (q >= ${B_CH}) break;
 $ end
       const int r = q / ${CH}, c = q % ${CH};
+$ if hoist then
+      const bool ok = x_row[i] != nullptr${k_tail and " && t0 + c * 8 < " .. K or ""};
+      sj_cp_async16(s + ${A_BYTES} + sj_dw_swz(r, c), ok ? (const void*)(x_row[i] + t0) : (const void*)X, ok ? 16 : 0);
+$ else
       const int col = cols[r];
       const bool ok = col >= 0 && t0 + c * 8 < ${K};
       sj_cp_async16(s + ${A_BYTES} + sj_dw_swz(r, c), ok ? (const void*)(X + (long long)col * ${K} + t0 + c * 8) : (const void*)X,
                     ok ? 16 : 0);
+$ end
     }
   };
 
@@ -383,6 +430,9 @@ $ elseif WG == 1 then
     const sj_u32 s = smem0 + (ks % ${STAGES}) * ${STAGE_BYTES};
     sj_cp_async_wait<${STAGES - 2}>();
     sj_fence_proxy_async();            /* the cp.async writes, visible to wgmma (the async proxy) */
+$ if tma then
+    sj_mbar_wait(full0 + 8 * (ks % ${STAGES}), (ks / ${STAGES}) & 1);
+$ end
     __syncthreads();
     const sj_u32 a0 = s + wg * 64 * ${ROWB}, b0 = s + ${A_BYTES};
     sj_wgmma_fence();

@@ -58,6 +58,12 @@ static void test_dw_template_refuses(void **state)
                      "WG=1 takes WM=64 and WN=4*BG=64");
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=3", &g), SJ_ERR_INVALID_ARGUMENT,
                      "WG=3 must be 0");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=32,WN=64,STAGES=3,WG=0,TMA=1", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "TMA=1 (dY by TMA) needs WG=1");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1,TMA=2", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "TMA=2 must be 0");
+    SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=64,BG=16,BK=64,WM=64,WN=64,STAGES=3,WG=1,GROUP_M=65", &g), SJ_ERR_INVALID_ARGUMENT,
+                     "GROUP_M=65 must be 0");
     p.m = 1024, p.n = 4096, p.vnm_v = 128; /* 512 groups: room for BG=64 */
     SJ_ASSERT_STATUS(sj_generate(ctx, &p, "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=2", &g), SJ_ERR_INVALID_ARGUMENT,
                      "384 threads leave 170 registers each");
@@ -212,6 +218,8 @@ static void test_dw_configs(void **state)
         { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1", 333 }, /* two warpgroups, n128 */
         { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1", 565 }, /* n256, BG past the padded groups */
         { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,GROUP_M=2", 565 }, /* 3 row tiles in groups of 2 + 1 */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,TMA=1", 565 },  /* dY by TMA: rows past M, tokens past K */
+        { "BM=64,BG=32,BK=64,WM=64,WN=128,STAGES=2,WG=1,TMA=1,GROUP_M=2", 333 }, /* one box a stage, 2 stages */
         { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=2", 333 },    /* producer + one consumer, LAG 0 */
         { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=2", 333 }, /* two consumers, LAG 2 */
         { "BM=64,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=2", 565 },  /* n256 */

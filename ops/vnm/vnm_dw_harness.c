@@ -80,9 +80,7 @@ static sj_status dw_setup(harness *h, uint64_t seed)
 static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     dw_state *s = h->state;
-    int m = (int)h->problem.m, n = (int)h->problem.n, kk = (int)h->problem.k;
-    void *args[] = { &s->dY, &s->X, &s->meta, &s->index, &s->dW, &m, &n, &kk };
-    return rt_launch(h->ctx, k, RT_ARGS(args), stream);
+    return vnm_dw_launch(h->ctx, k, &h->problem, s->dY, s->X, s->meta, s->index, s->dW, stream);
 }
 
 static sj_status dw_reference(harness *h)

@@ -141,6 +141,8 @@ static const op_variant variants_dw[] = {
       .sass_absent = "HMMA.16816,SYNCS" },
     { .name = "sampled-wgmma-producer", .config = "WG=2,WM=64,WN=128", .arch = "sm_90a",
       .sass = "HGMMA.64x128x16.F32,LDGSTS,SYNCS.ARRIVE,SYNCS.PHASECHK", .sass_absent = "HMMA.16816" },
+    { .name = "sampled-wgmma-tma", .config = "WG=1,WM=64,WN=128,TMA=1", .arch = "sm_90a",
+      .sass = "HGMMA.64x128x16.F32,LDGSTS,UTMALDG.2D,SYNCS.PHASECHK", .sass_absent = "HMMA.16816" },
 };
 
 /* Dense tensor cores on the compact rows: both operands reduction-major in shared memory
@@ -200,7 +202,7 @@ const op_desc op_vnm_dw = {
     .name = "vnm-dw",
     .template_name = "vnm_dw",
     .reads = OP_READS_VNM,
-    .n_args = 8,
+    .n_args = 9,
     .tunable = 1,
     .validate = validate_tokens,
     .key_text = key_text,

@@ -8,6 +8,7 @@
  * captured in a CUDA graph once its kernels are loaded. */
 #include "core/error.h"
 #include "runtime/runtime.h"
+#include "ops/vnm/vnm.h"
 #include "ops/vnm/vnm_format.h"
 
 #include <string.h>
@@ -78,9 +79,19 @@ sj_status sj_vnm_dw(sj_context *ctx, const sj_problem *p, const sj_vnm_device *W
         return error_prefix(st, "%s", what);
     const loaded_kernel *k;
     if ((st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    return vnm_dw_launch(ctx, k, p, dY, X, W->meta, W->index, dW_values, stream);
+}
+
+sj_status vnm_dw_launch(sj_context *ctx, const loaded_kernel *k, const sj_problem *p, sj_devptr dY, sj_devptr X,
+                        sj_devptr meta, sj_devptr index, sj_devptr dW_values, void *stream)
+{
+    /* every config takes the descriptor (one ABI); TMA=1 reads dY through it (memoised: a
+     * relaunch on the same dY encodes nothing) */
+    tensor_map map_dy;
+    sj_status st = rt_tensor_map_rows(ctx, &map_dy, dY, p->m, p->k, TMA_WGMMA, "sj_vnm_dw: TMA descriptor of dY");
+    if (st != SJ_OK) return st;
     int m = (int)p->m, n = (int)p->n, kk = (int)p->k;
-    sj_devptr meta = W->meta, index = W->index;
-    void *args[] = { &dY, &X, &meta, &index, &dW_values, &m, &n, &kk };
+    void *args[] = { &dY, &X, &meta, &index, &dW_values, &m, &n, &kk, &map_dy };
     return rt_launch(ctx, k, RT_ARGS(args), stream);
 }
 
