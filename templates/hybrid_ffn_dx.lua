@@ -36,7 +36,7 @@ return {
   params = rows.PARAMS,
   space = rows.space,
   valid = valid,
-  default = rows.default,
+  default = function(problem) return rows.default(problem, 8, "hybrid-ffn-dx") end,
   variants = function(problem) return rows.variants(problem, 8, "hybrid-ffn-dx") end,
   generate = function(problem, cfg) return rows.generate(problem, cfg, "dx") end,
   flops = flops,

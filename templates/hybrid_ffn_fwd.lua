@@ -33,7 +33,7 @@ return {
   params = rows.PARAMS,
   space = rows.space,
   valid = valid,
-  default = rows.default,
+  default = function(problem) return rows.default(problem, 4, "hybrid-ffn-fwd") end,
   variants = function(problem) return rows.variants(problem, 4, "hybrid-ffn-fwd") end,
   generate = function(problem, cfg) return rows.generate(problem, cfg, "fwd") end,
   flops = flops,

@@ -135,13 +135,16 @@ local function space(problem)
 end
 
 -- Candidates in order of preference, first valid wins. On sm_90a with V >= 128 and at least 64
--- column groups: WG=1 over 128 x 256 tiles (H100, 2026-12-07, bf16 over 8192 tokens: 1006 vs
--- 1179 us at 11008 x 4096 2:8, 512 vs 604 at 2:16, 4826 vs 6174 at 28672 x 8192 2:8, 2535 vs
--- 3083 at 2:16, against the WG=0 default below; WG=1 with 128 gathered columns was no faster
--- than WG=0). Elsewhere WG=0: BM as large as the V block allows (the gathered X rows are shared
--- by more rows), 128 gathered columns, 64-token stages.
+-- column groups: WG=1 over 128 x 256 tiles with dY's stages by TMA, 4 stages, row tiles rastered
+-- in groups of 16 (H100, 2026-12-07, f16 2:8 over 8192 tokens, one process: 836 us at
+-- 11008 x 4096 against 959 for the same tile with cp.async, 3 stages and no grouping, and ~1056
+-- before the gathered addresses were hoisted; bench/RESULTS.md). WG=1 itself against the WG=0
+-- default below (H100, bf16: 1006 vs 1179 us at 11008 x 4096 2:8, 4826 vs 6174 at 28672 x 8192);
+-- WG=1 with 128 gathered columns was no faster than WG=0. Elsewhere WG=0: BM as large as the V
+-- block allows (the gathered X rows are shared by more rows), 128 gathered columns, 64-token
+-- stages.
 local PREFERRED = {
-  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 3, WG = 1, GROUP_M = 0, TMA = 0 },
+  { BM = 128, BG = 64, BK = 64, WM = 64, WN = 256, STAGES = 4, WG = 1, GROUP_M = 16, TMA = 1 },
   { BM = 128, BG = 32, BK = 64, WM = 64, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
   { BM = 64,  BG = 32, BK = 64, WM = 32, WN = 64, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
   { BM = 32,  BG = 16, BK = 64, WM = 32, WN = 32, STAGES = 3, WG = 0, GROUP_M = 0, TMA = 0 },
@@ -171,7 +174,8 @@ local function default(problem)
 end
 
 -- The tuner's first candidates (so a budgeted search sees each algorithm at its best-known tile):
--- WG=0's default tile, and on sm_90a the first valid WG=1 tile below. WG=2 (the producer
+-- WG=0's default tile, and on sm_90a the default where it is WG=1 and the first valid WG=1 tile
+-- below (cp.async, for the shapes the default's tile does not fit). WG=2 (the producer
 -- warpgroup) stays in the space but not here: 1.4-1.9x slower than WG=1 where measured
 -- (bench/NOTES.md). An algorithm with no valid tile for the problem is left out.
 local WGMMA_TILES = {}
@@ -182,6 +186,8 @@ end
 local function variants(problem)
   local out = { first_valid(problem, PREFERRED, function(c) return c.WG == 0 end) or default(problem) }
   if problem.arch == "sm_90a" then
+    local wgmma_default = default(problem)
+    if wgmma_default.WG == 1 then out[#out + 1] = wgmma_default end
     local cfg = first_valid(problem, WGMMA_TILES)
     if cfg then out[#out + 1] = cfg end
   end

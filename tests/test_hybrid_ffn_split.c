@@ -1,6 +1,7 @@
 /* test_hybrid_ffn_split.c: the L2-blocked configs of hybrid-ffn-fwd and hybrid-ffn-dx
- * (lib/hybrid_rows.lua's SPLIT and STAGE) on the CPU: the default stays the one kernel per token,
- * the tuning space never offers STAGE=1 (the op launches it), the two kernels' geometry (SPLIT x
+ * (lib/hybrid_rows.lua's SPLIT and STAGE) on the CPU: the default is the L2-blocked pair where the
+ * shape allows it (fwd SPLIT=4, dx SPLIT=8) and the one kernel per token elsewhere, the tuning
+ * space never offers STAGE=1 (the op launches it), the two kernels' geometry (SPLIT x
  * tokens CTAs; the slice kernel's block a warp multiple covering its slice), and the refusals of
  * what does not divide, each naming the bound, and the tuner's first candidates. The kernels' numerics are checked on a GPU by
  * tests/test_hybrid_ffn_gpu.c; their compilation and SASS by test_op_table's walk. */
@@ -46,17 +47,24 @@ static sj_generated *generate(const sj_problem *p, const char *config)
     return g;
 }
 
-static void test_default_is_one_kernel_per_token(void **state)
+static void test_default_is_l2_blocked_where_it_fits(void **state)
 {
     (void)state;
     const sj_op ops[] = { SJ_OP_HYBRID_FFN_FWD, SJ_OP_HYBRID_FFN_DX };
     const char *templates[] = { "hybrid_ffn_fwd", "hybrid_ffn_dx" };
+    const int splits[] = { 4, 8 };
     for (int i = 0; i < 2; i++) {
         sj_problem p = ffn(ops[i], 8192, 4096, 11008, 128);
         sj_generated *g = generate(&p, NULL);
-        assert_int_equal(tu_config_value(g->config, "SPLIT"), 0);
+        assert_int_equal(tu_config_value(g->config, "SPLIT"), splits[i]);
         assert_int_equal(tu_config_value(g->config, "STAGE"), 0);
-        assert_int_equal(g->grid[0], 8192);
+        assert_int_equal(g->grid[0], splits[i] * 8192);
+        sj_generated_free(g);
+        /* d_ff 500 makes no range of 128 units at either SPLIT: one kernel per token */
+        sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
+        g = generate(&small, NULL);
+        assert_int_equal(tu_config_value(g->config, "SPLIT"), 0);
+        assert_int_equal(g->grid[0], 64);
         sj_generated_free(g);
         gen_state *gs;
         SJ_ASSERT_OK(rt_generator(ctx, &gs));
@@ -101,8 +109,8 @@ static void test_geometry(void **state)
     sj_generated_free(g);
 }
 
-/* The tuner's first candidates: the default, then its SPLIT form (fwd 4, dx 8) where it fits;
- * a d_ff too small for any range leaves the default alone. */
+/* The tuner's first candidates: the default (SPLIT fwd 4, dx 8 where it fits), then the per-token
+ * kernel of the same tile; a d_ff too small for any range leaves the per-token default alone. */
 static void test_variants(void **state)
 {
     (void)state;
@@ -117,9 +125,10 @@ static void test_variants(void **state)
         int n = 0;
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &p, configs, GEN_MAX_VARIANTS, &n));
         assert_int_equal(n, 2);
-        assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
-        assert_int_equal(tu_config_value(configs[1], "SPLIT"), splits[i]);
-        assert_int_equal(tu_config_value(configs[1], "STAGE"), 0);
+        assert_int_equal(tu_config_value(configs[0], "SPLIT"), splits[i]);
+        assert_int_equal(tu_config_value(configs[0], "STAGE"), 0);
+        assert_int_equal(tu_config_value(configs[1], "SPLIT"), 0);
+        assert_int_equal(tu_config_value(configs[1], "THREADS"), tu_config_value(configs[0], "THREADS"));
         sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &small, configs, GEN_MAX_VARIANTS, &n));
         assert_int_equal(n, 1);
@@ -139,7 +148,7 @@ static void test_refusals(void **state)
     (void)state;
     sj_problem p = ffn(SJ_OP_HYBRID_FFN_FWD, 8192, 4096, 11008, 128);
     expect_refused(&p, "SPLIT=2", "must be 0 (one kernel per token), 4, 8 or 16");
-    expect_refused(&p, "STAGE=1", "second kernel of SPLIT > 0");
+    expect_refused(&p, "SPLIT=0,STAGE=1", "second kernel of SPLIT > 0");
     expect_refused(&p, "SPLIT=4,STAGE=2", "STAGE=2 must be 0");
     sj_problem narrow = ffn(SJ_OP_HYBRID_FFN_DX, 256, 2048, 11008, 128);
     expect_refused(&narrow, "SPLIT=16", "256 16-byte pieces; a column slice needs at least 32 (a warp's), so SPLIT <= 8");
@@ -150,7 +159,7 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_default_is_one_kernel_per_token),
+        cmocka_unit_test(test_default_is_l2_blocked_where_it_fits),
         cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_refusals),

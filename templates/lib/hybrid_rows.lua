@@ -97,20 +97,24 @@ end
 -- STAGE stays 0: the op launches STAGE=1 itself after a SPLIT > 0 kernel.
 function R.space(problem) return { THREADS = { 128, 256, 512 }, B = { 4, 8, 16 }, SPLIT = { 0, 4, 8, 16 }, STAGE = { 0 } } end
 
--- Two 16-byte pieces per thread (d_model 2048: 128 threads, 4096: 256), 8 units a batch: not
--- measured (written without a GPU).
-function R.default(problem)
+-- Two 16-byte pieces per thread (d_model 2048: 128 threads, 4096: 256), 8 units a batch, and the
+-- L2-blocked pair of kernels at `split` (fwd 4, dx 8: the per-pass working sets bench/NOTES.md
+-- counts) where the shape allows it (H100, 2026-12-07, 8192 tokens, 4096 / 11008, bf16, 99%:
+-- fwd 2433 us against the per-token kernel's 5125, dx 3521 against 7880; bench/RESULTS.md).
+function R.default(problem, split, op)
   local t = math.min(512, math.max(128, tw.pow2_at_least(math.max(1, problem.N // 16))))
-  return { THREADS = t, B = 8, SPLIT = 0, STAGE = 0 }
+  local cfg = { THREADS = t, B = 8, SPLIT = split, STAGE = 0 }
+  if not R.valid(problem, cfg, op) then cfg.SPLIT = 0 end
+  return cfg
 end
 
--- The tuner's first candidates: the default, then its L2-blocked form at `split` (fwd 4, dx 8:
--- the per-pass working sets bench/NOTES.md counts), where the shape allows it.
+-- The tuner's first candidates: the default, and the other form of the same tile (the
+-- per-token kernel beside an L2-blocked default, or the reverse where SPLIT fits).
 function R.variants(problem, split, op)
-  local out = { R.default(problem) }
-  local cfg = R.default(problem)
-  cfg.SPLIT = split
-  if R.valid(problem, cfg, op) then out[#out + 1] = cfg end
+  local default = R.default(problem, split, op)
+  local other = { THREADS = default.THREADS, B = default.B, SPLIT = default.SPLIT > 0 and 0 or split, STAGE = 0 }
+  local out = { default }
+  if R.valid(problem, other, op) then out[#out + 1] = other end
   return out
 end
 
