@@ -35,6 +35,8 @@
 --     32 columns), B = p on one parity (an even and an odd product per m-tile), C = Y^T
 --     accumulated over all of d_ff in registers. Rounds past the first only load more slots (the
 --     stage stays), so any number of pairs costs no extra weight traffic.
+-- Listed input (lib/twell_pairs.lua; the hybrid FFN's forward): the up phase also stores each
+-- pair's u (before the product with h) at its hybrid position (sj_keep_u).
 -- Workspace (after lib/twell_pairs.lua's counters, from u32 PL_OFF): the pair counts, u32
 -- [ut * NGP + G] for unit tile ut and group G (token / 8), then from SL_OFF the slots, group G
 -- and unit tile ut at (G * NUT + ut) * 8 * UT (8 tokens x UT units is the most a group can
@@ -218,8 +220,13 @@ __device__ __forceinline__ sj_u32 sj_sw64(int r, int c) { return (sj_u32)(r * 64
 
 /* Phase A, item (tt, ut). */
 __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const unsigned* __restrict__ entries,
-    const int* __restrict__ counts, const T* __restrict__ spill, unsigned* work, int M, int D, int F,
+    const int* __restrict__ counts, sj_spill_t __restrict__ spill, unsigned* work, int M, int D, int F,
+$ if LISTED then
+    const sj_tensor_map* tm_x, const sj_tensor_map* tm_wu, unsigned short* __restrict__ u_values,
+    unsigned short* __restrict__ u_backup)
+$ else
     const sj_tensor_map* tm_x, const sj_tensor_map* tm_wu)
+$ end
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned char* ring = smem;
@@ -326,6 +333,11 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
             if (sj_slot_tok(w) == (unsigned)(2 * (lane & 3) + (c & 1))) {
               const float p = acc[q][m][c] * ${to_f32}((T)(w >> 16));
               sw[s] = ((unsigned)${from_f32}(p) << 16) | (w & 0xffffu);
+$ if LISTED then
+              /* the backward's u, at the pair's hybrid position */
+              sj_keep_u(entries, counts, spill, tt * NTH + warp * 32 + q * 8 + (int)sj_slot_tok(w), ut, sj_slot_row(w),
+                        acc[q][m][c], u_values, u_backup);
+$ end
             }
           }
         }
