@@ -11,8 +11,13 @@
  * the same bytes (the sums run in token order). Outputs are poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
  * rounding of zero that may fall on either side. The L2-blocked configs (SPLIT 4, 8, 16: unit
  * ranges, then column slices, two kernels) run the same checks, and their u, dg, du and dX must
- * also be the bytes of the default per-token kernel run on the same inputs. */
+ * also be the bytes of the default per-token kernel run on the same inputs. The forward's
+ * tensor-core variant (ALGO=2: the listing of H's pairs, then the TwELL FFN's pairs kernel over
+ * it; the dx runs its default) runs the same checks, and its listing, run again into a poisoned
+ * workspace of the test's, must be hybrid_pairs_list_host's of H as the device holds it, and
+ * that second forward's u the first's bytes. */
 #include "test_util.h"
+#include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
 
 #include <math.h>
@@ -38,6 +43,7 @@ typedef struct ffn_case {
     const char *dw_config;    /* for hybrid-ffn-dw; NULL: the default */
     sj_dtype dw_out;          /* the gradients' dtype */
     int l2_blocked;           /* config is SPLIT > 0: u, dg, du, dX must be the default kernel's bytes */
+    const char *fwd_config;   /* the fwd's alone (its ALGO=2, with UT), the dx's default; NULL: config */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -81,7 +87,7 @@ static void expect_same_bytes(sj_context *ctx, const char *what, sj_devptr a, sj
     assert_true(ha && hb);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, ha, a, bytes));
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, hb, b, bytes));
-    if (memcmp(ha, hb, bytes)) fail_msg("%s: the L2-blocked kernels' bytes differ from the per-token kernel's", what);
+    if (memcmp(ha, hb, bytes)) fail_msg("%s: the bytes differ from the run it is compared with", what);
     free(ha);
     free(hb);
 }
@@ -161,6 +167,58 @@ static void run_dw(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H
     if (c->dw_config) SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
 }
 
+/* Downloads n 32-bit words at byte offset `at` of work. */
+static uint32_t *words_at(sj_context *ctx, sj_devptr work, size_t at, size_t n)
+{
+    uint32_t *h = malloc(4 * n + 4);
+    assert_non_null(h);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, h, work + at, 4 * n));
+    return h;
+}
+
+/* ALGO=2's listing, run again (the whole forward) into a poisoned workspace, against the host
+ * reference on a, H as the device holds it: every count and start, and every listed pair; the
+ * second forward's u must be the first's bytes (uv, ub). */
+static void check_listing(sj_context *ctx, const ffn_case *c, const sj_problem *fp, const sj_hybrid_device *H,
+                          const sj_hybrid_host *a, sj_devptr X, sj_devptr WuT, sj_devptr Wd, sj_devptr uv, sj_devptr ub)
+{
+    const sj_hybrid_layout *l = &H->layout;
+    const int ut = tu_config_value(c->fwd_config, "UT");
+    const int64_t nut = (l->cols + ut - 1) / ut, cells = l->rows * nut;
+    hybrid_pairs_ws w;
+    hybrid_pairs_plan(l->rows, l->cols, l->width, l->backup_rows, &w);
+    const size_t tok = (size_t)(c->M * c->D) * 2, ell = (size_t)(l->rows * l->width) * 2,
+                 bk = (size_t)(l->backup_rows * l->cols) * 2;
+    sj_devptr work = poisoned(ctx, w.total), Y1 = poisoned(ctx, tok), uv1 = poisoned(ctx, ell), ub1 = poisoned(ctx, bk);
+    const loaded_kernel *k;
+    SJ_ASSERT_OK(rt_require_gpu(ctx, "check_listing"));
+    SJ_ASSERT_OK(rt_kernel_for(ctx, fp, &k));
+    hybrid_saved_u u = { uv1, bk ? ub1 : 0 };
+    SJ_ASSERT_OK(hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y1, &u, work, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    expect_same_bytes(ctx, "u (ELL), ALGO=2 run twice", uv, uv1, ell);
+    if (bk) expect_same_bytes(ctx, "u (backup), ALGO=2 run twice", ub, ub1, bk);
+    uint32_t *counts = words_at(ctx, work, w.counts, (size_t)cells), *starts = words_at(ctx, work, w.starts, (size_t)cells),
+             *list = words_at(ctx, work, w.list, 2 * (size_t)w.positions);
+    int32_t *rc = malloc(4 * (size_t)cells), *rs = malloc(4 * (size_t)cells);
+    uint32_t *rl = malloc(8 * (size_t)w.positions + 8);
+    assert_true(rc && rs && rl);
+    SJ_ASSERT_OK(hybrid_pairs_list_host(a, ut, rc, rs, rl));
+    for (int64_t i = 0; i < cells; i++) {
+        if ((int32_t)counts[i] != rc[i] || (int32_t)starts[i] != rs[i])
+            fail_msg("ALGO=2 listing, row %lld tile %lld: count %d start %d, the host's %d and %d", (long long)(i / nut),
+                     (long long)(i % nut), (int)counts[i], (int)starts[i], rc[i], rs[i]);
+        for (int64_t q = rs[i]; q < rs[i] + rc[i]; q++)
+            if (list[2 * q] != rl[2 * q] || list[2 * q + 1] != rl[2 * q + 1])
+                fail_msg("ALGO=2 listing, row %lld tile %lld, pair %lld: %08x %08x, the host's %08x %08x",
+                         (long long)(i / nut), (long long)(i % nut), (long long)q, list[2 * q], list[2 * q + 1],
+                         rl[2 * q], rl[2 * q + 1]);
+    }
+    free(counts), free(starts), free(list), free(rc), free(rs), free(rl);
+    sj_devptr all[] = { work, Y1, uv1, ub1 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
+}
+
 static void run_case(sj_context *ctx, const ffn_case *c)
 {
     const sj_dtype dt = c->dt;
@@ -203,10 +261,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     sj_problem fp, xp;
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_FWD, D, &fp));
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_DX, D, &xp));
-    if (c->config) {
-        SJ_ASSERT_OK(sj_set_config(ctx, &fp, c->config));
-        SJ_ASSERT_OK(sj_set_config(ctx, &xp, c->config));
-    }
+    const char *fwd_config = c->fwd_config ? c->fwd_config : c->config;
+    if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, fwd_config));
+    if (c->config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, c->config));
     SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y, uv, bk ? ub : 0, NULL));
     SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dXo, dgv, bk ? dgb : 0, duv,
                                   bk ? dub : 0, NULL));
@@ -251,10 +308,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     expect_close("dWd (from a u)", c, rel_error64(gWd, ref.dWd, wts));
     const sj_devptr pairs[6] = { uv, bk ? ub : 0, dgv, bk ? dgb : 0, duv, bk ? dub : 0 };
     run_dw(ctx, c, &H, dX_in, ddY, pairs, &ref);
-    if (c->config) {
-        SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
-        SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
-    }
+    if (c->fwd_config) check_listing(ctx, c, &fp, &H, &a, dX_in, dWu, dWd, uv, bk ? ub : 0);
+    if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
+    if (c->config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
     if (c->l2_blocked) {
         /* each pair's dot as the per-token kernel computes it; the dx from the same stored u. Y is
          * not compared: the slices take u as stored (rounded), the per-token kernel the fp32 dot */
@@ -292,24 +348,33 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0 },
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL },
         /* every row overflows; one token a chunk, more tokens than a chunk holds */
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0 },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL },
         /* ragged; the backup grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0 },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0 },          /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL },          /* ragged d_model, 99.9% */
         /* nothing overflows */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0 },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL },
         /* the L2-blocked pair, every SPLIT, both dtypes; ragged ranges (d_ff) and slices (d_model
          * pieces), rows overflowing into a backup that grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1 },
-        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
-        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1 },
-        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1 },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL },
+        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL },
+        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL },
+        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL },
         /* slices of 33 pieces; the slices of SPLIT=4 here take two 16-byte pieces a thread */
-        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1 },
-        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1 },
-        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
+        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL },
+        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL },
+        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL },
+        /* the fwd on tensor cores (ALGO=2), both unit tiles, 8 and 16 warps, 2 to 4 stages: 99%;
+         * every row overflowing (a partial last unit tile); ragged d_ff and d_model with a backup
+         * that grows; nothing overflowing; 99.9%; several token tiles, the last partial */
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=8,UT=512,STAGES=2" },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=256,STAGES=4" },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3" },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=16,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 700, 1500, 520, 64, 0, 0.98, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
 }
