@@ -11,11 +11,12 @@
  * the same bytes (the sums run in token order). Outputs are poisoned first. Tolerances: fp32 accumulation, a and u rounded to the dtype, and gates within
  * rounding of zero that may fall on either side. The L2-blocked configs (SPLIT 4, 8, 16: unit
  * ranges, then column slices, two kernels) run the same checks, and their u, dg, du and dX must
- * also be the bytes of the default per-token kernel run on the same inputs. The forward's
- * tensor-core variant (ALGO=2: the listing of H's pairs, then the TwELL FFN's pairs kernel over
- * it; the dx runs its default) runs the same checks, and its listing, run again into a poisoned
- * workspace of the test's, must be hybrid_pairs_list_host's of H as the device holds it, and
- * that second forward's u the first's bytes. */
+ * also be the bytes of the default per-token kernel run on the same inputs. The tensor-core
+ * variants (ALGO=2: the listing of H's pairs, then the TwELL FFN's pairs kernel over it) of the
+ * fwd and of the dx, together or each beside the other's default, run the same checks, and the
+ * fwd's listing, run again into a poisoned workspace of the test's, must be
+ * hybrid_pairs_list_host's of H as the device holds it, and that second forward's u the first's
+ * bytes. */
 #include "test_util.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
@@ -43,7 +44,8 @@ typedef struct ffn_case {
     const char *dw_config;    /* for hybrid-ffn-dw; NULL: the default */
     sj_dtype dw_out;          /* the gradients' dtype */
     int l2_blocked;           /* config is SPLIT > 0: u, dg, du, dX must be the default kernel's bytes */
-    const char *fwd_config;   /* the fwd's alone (its ALGO=2, with UT), the dx's default; NULL: config */
+    const char *fwd_config;   /* the fwd's alone (its ALGO=2, with UT); NULL: config */
+    const char *dx_config;    /* the dx's alone (its ALGO=2); NULL: config */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -186,7 +188,7 @@ static void check_listing(sj_context *ctx, const ffn_case *c, const sj_problem *
     const int ut = tu_config_value(c->fwd_config, "UT");
     const int64_t nut = (l->cols + ut - 1) / ut, cells = l->rows * nut;
     hybrid_pairs_ws w;
-    hybrid_pairs_plan(l->rows, l->cols, l->width, l->backup_rows, &w);
+    hybrid_pairs_plan(l->rows, l->cols, l->width, l->backup_rows, 1, &w);
     const size_t tok = (size_t)(c->M * c->D) * 2, ell = (size_t)(l->rows * l->width) * 2,
                  bk = (size_t)(l->backup_rows * l->cols) * 2;
     sj_devptr work = poisoned(ctx, w.total), Y1 = poisoned(ctx, tok), uv1 = poisoned(ctx, ell), ub1 = poisoned(ctx, bk);
@@ -261,9 +263,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     sj_problem fp, xp;
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_FWD, D, &fp));
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_DX, D, &xp));
-    const char *fwd_config = c->fwd_config ? c->fwd_config : c->config;
+    const char *fwd_config = c->fwd_config ? c->fwd_config : c->config, *dx_config = c->dx_config ? c->dx_config : c->config;
     if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, fwd_config));
-    if (c->config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, c->config));
+    if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, dx_config));
     SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y, uv, bk ? ub : 0, NULL));
     SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dXo, dgv, bk ? dgb : 0, duv,
                                   bk ? dub : 0, NULL));
@@ -310,7 +312,7 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     run_dw(ctx, c, &H, dX_in, ddY, pairs, &ref);
     if (c->fwd_config) check_listing(ctx, c, &fp, &H, &a, dX_in, dWu, dWd, uv, bk ? ub : 0);
     if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
-    if (c->config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
+    if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
     if (c->l2_blocked) {
         /* each pair's dot as the per-token kernel computes it; the dx from the same stored u. Y is
          * not compared: the slices take u as stored (rounded), the per-token kernel the fp32 dot */
@@ -348,33 +350,38 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL },
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL, NULL },
         /* every row overflows; one token a chunk, more tokens than a chunk holds */
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL, NULL },
         /* ragged; the backup grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL },          /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL, NULL },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, NULL },          /* ragged d_model, 99.9% */
         /* nothing overflows */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL, NULL },
         /* the L2-blocked pair, every SPLIT, both dtypes; ragged ranges (d_ff) and slices (d_model
          * pieces), rows overflowing into a backup that grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL },
-        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL },
-        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL },
-        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
+        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
         /* slices of 33 pieces; the slices of SPLIT=4 here take two 16-byte pieces a thread */
-        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL },
-        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL },
-        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL },
-        /* the fwd on tensor cores (ALGO=2), both unit tiles, 8 and 16 warps, 2 to 4 stages: 99%;
-         * every row overflowing (a partial last unit tile); ragged d_ff and d_model with a backup
-         * that grows; nothing overflowing; 99.9%; several token tiles, the last partial */
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3" },
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=8,UT=512,STAGES=2" },
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=256,STAGES=4" },
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3" },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=16,UT=512,STAGES=3" },
-        { SJ_DTYPE_F16, 700, 1500, 520, 64, 0, 0.98, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        /* the tensor-core variants (ALGO=2) of the fwd and the dx, both unit tiles, 8 and 16 warps,
+         * 2 to 4 stages: 99%; every row overflowing (a partial last unit tile); ragged d_ff and
+         * d_model with a backup that grows; nothing overflowing (the fwd alone); 99.9% (the dx
+         * alone, on the per-token fwd's u); several token tiles, the last partial */
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
+          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=8,UT=512,STAGES=2",
+          "ALGO=2,WARPS=8,UT=512,STAGES=2" },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=256,STAGES=4",
+          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3", NULL },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, "ALGO=2,WARPS=16,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 700, 1500, 520, 64, 0, 0.98, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
+          "ALGO=2,WARPS=16,UT=256,STAGES=2" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
 }

@@ -115,17 +115,16 @@ static void test_variants(void **state)
     for (int i = 0; i < 2; i++) {
         sj_problem p = ffn(ops[i], 8192, 4096, 11008, 128);
         int n = 0;
-        /* the fwd on sm_90a also offers its tensor-core variant (test_hybrid_pairs_list checks it) */
-        const int tc = ops[i] == SJ_OP_HYBRID_FFN_FWD;
+        /* then, on sm_90a, their tensor-core variant (test_hybrid_pairs_list checks it) */
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &p, configs, GEN_MAX_VARIANTS, &n));
-        assert_int_equal(n, 2 + tc);
+        assert_int_equal(n, 3);
         assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
         assert_int_equal(tu_config_value(configs[1], "SPLIT"), splits[i]);
         assert_int_equal(tu_config_value(configs[1], "STAGE"), 0);
-        if (tc) assert_int_equal(tu_config_value(configs[2], "ALGO"), 2);
+        assert_int_equal(tu_config_value(configs[2], "ALGO"), 2);
         sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &small, configs, GEN_MAX_VARIANTS, &n));
-        assert_int_equal(n, 1 + tc);
+        assert_int_equal(n, 2);
         assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
     }
 }

@@ -1,4 +1,4 @@
-/* test_hybrid_pairs_list.c: the listing of hybrid-ffn-fwd's tensor-core variant (ALGO=2,
+/* test_hybrid_pairs_list.c: the listing of hybrid-ffn-fwd's and -dx's tensor-core variant (ALGO=2,
  * templates/lib/hybrid_pairs.lua) on the CPU. Its host reference (hybrid_pairs_list_host, what the
  * GPU test compares the device's listing with) against the dense matrix the hybrid one stands for,
  * on fresh random matrices (f16, bf16; unit tiles of 256 and 512, ragged d_ff; every row
@@ -7,7 +7,8 @@
  * unit tile, ascending, with its value and a hybrid position that holds it; counts and starts
  * consistent, each row's list inside its own region (its ELL slots, or its backup row's place),
  * no position used twice. An unplaced overflow row lists one NaN pair with no position. And the
- * workspace offsets the template writes into its kernels are those of hybrid_pairs_plan. */
+ * workspace offsets the template writes into its kernels are those of hybrid_pairs_plan, for the
+ * fwd and the dx; the variant's geometry, first candidate and refusals for both. */
 #include "test_util.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
@@ -217,18 +218,20 @@ static long long define_of(const char *src, const char *name)
     return at ? strtoll(at + strlen(key), NULL, 10) : -1;
 }
 
-/* The hybrid-ffn-fwd problem over tokens x d_ff, d_model, ELL width W at 99% zeros. */
-static sj_problem fwd_problem(int64_t tokens, int64_t d_model, int64_t d_ff, int W)
+/* The problem of op (hybrid-ffn-fwd or -dx) over tokens x d_ff, d_model, ELL width W at 99% zeros. */
+static sj_problem ffn_problem(sj_op op, int64_t tokens, int64_t d_model, int64_t d_ff, int W)
 {
     sj_hybrid_layout l;
     SJ_ASSERT_OK(sj_hybrid_layout_init(&l, SJ_DTYPE_BF16, tokens, d_ff, W, 0));
     sj_problem p;
-    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_FWD, d_model, &p));
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, op, d_model, &p));
     p.twell_sparsity = 0.99;
     return p;
 }
 
-/* The offsets the template writes into both kernels are hybrid_pairs_plan's (bytes / 4). */
+/* The offsets the template writes into both kernels of both ops are hybrid_pairs_plan's (bytes /
+ * 4; the dx's pairs kernel keeps its slots twice: halves = 2), and the dx's workspace is the
+ * larger by one more copy of the slots. */
 static void test_plan_matches_template(void **state)
 {
     (void)state;
@@ -236,60 +239,70 @@ static void test_plan_matches_template(void **state)
     assert_non_null(ctx);
     const struct { int64_t M, D, F; int W; } shapes[] = { { 256, 2048, 1024, 128 }, { 8192, 4096, 11008, 128 },
                                                           { 777, 1032, 3001, 64 }, { 4096, 2048, 5632, 16 } };
+    const sj_op ops[] = { SJ_OP_HYBRID_FFN_FWD, SJ_OP_HYBRID_FFN_DX };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        sj_problem p = fwd_problem(shapes[i].M, shapes[i].D, shapes[i].F, shapes[i].W);
-        hybrid_pairs_ws w;
-        hybrid_pairs_plan(p.m, p.d_ff, shapes[i].W, 3, &w);
-        assert_int_equal(w.positions, p.m * shapes[i].W + 3 * p.d_ff);
-        assert_int_equal(w.total, w.list + 8 * (size_t)w.positions);
-        for (int stage = 0; stage < 2; stage++) {
-            char config[96];
-            snprintf(config, sizeof config, "ALGO=2,WARPS=8,UT=256,STAGES=3,STAGE=%d", stage);
-            sj_generated *g = NULL;
-            SJ_ASSERT_OK(sj_generate(ctx, &p, config, &g));
-            assert_int_equal(define_of(g->source, "CNT_OFF"), (long long)(w.counts / 4));
-            assert_int_equal(define_of(g->source, "ST_OFF"), (long long)(w.starts / 4));
-            assert_int_equal(define_of(g->source, "LIST_OFF"), (long long)(w.list / 4));
-            assert_int_equal(define_of(g->source, "MW"), (long long)(p.m * shapes[i].W));
-            sj_generated_free(g);
+        hybrid_pairs_ws w[2];
+        for (int halves = 1; halves <= 2; halves++) {
+            hybrid_pairs_plan(shapes[i].M, shapes[i].F, shapes[i].W, 3, halves, &w[halves - 1]);
+            assert_int_equal(w[halves - 1].positions, shapes[i].M * shapes[i].W + 3 * shapes[i].F);
+            assert_int_equal(w[halves - 1].total, w[halves - 1].list + 8 * (size_t)w[halves - 1].positions);
         }
+        assert_true(w[1].counts >= w[0].counts + 4 * (size_t)((shapes[i].M + 511) / 512 * 512) * (size_t)shapes[i].F);
+        for (int o = 0; o < 2; o++)
+            for (int stage = 0; stage < 2; stage++) {
+                sj_problem p = ffn_problem(ops[o], shapes[i].M, shapes[i].D, shapes[i].F, shapes[i].W);
+                char config[96];
+                snprintf(config, sizeof config, "ALGO=2,WARPS=8,UT=256,STAGES=3,STAGE=%d", stage);
+                sj_generated *g = NULL;
+                SJ_ASSERT_OK(sj_generate(ctx, &p, config, &g));
+                assert_int_equal(define_of(g->source, "CNT_OFF"), (long long)(w[o].counts / 4));
+                assert_int_equal(define_of(g->source, "ST_OFF"), (long long)(w[o].starts / 4));
+                assert_int_equal(define_of(g->source, "LIST_OFF"), (long long)(w[o].list / 4));
+                assert_int_equal(define_of(g->source, "MW"), (long long)(p.m * shapes[i].W));
+                sj_generated_free(g);
+            }
     }
     sj_context_destroy(ctx);
 }
 
-/* ALGO=2's two kernels: the listing one CTA per token, the pairs kernel its work items (16 warps at
- * 8192 tokens, the tuner's first candidate); its refusals name what they need. */
+/* ALGO=2's two kernels, of both ops: the listing one CTA per token, the pairs kernel its work
+ * items (16 warps at 8192 tokens, the tuner's first candidate; not the default); its refusals name
+ * what they need. */
 static void test_variant_geometry_and_refusals(void **state)
 {
     (void)state;
     sj_context *hopper = tu_compile_context("sm_90a"), *ampere = tu_compile_context("sm_80");
     assert_true(hopper && ampere);
-    sj_problem p = fwd_problem(8192, 4096, 11008, 128);
-    sj_generated *g = NULL;
-    SJ_ASSERT_OK(sj_generate(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,STAGE=0", &g));
-    assert_int_equal(g->grid[0], 8192);
-    assert_int_equal(g->block[0], 256);
-    sj_generated_free(g);
-    SJ_ASSERT_OK(sj_generate(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,STAGE=1", &g));
-    assert_int_equal(g->grid[0], 16 * (22 + 64));   /* token tiles x (unit tiles + 64-column blocks) */
-    assert_int_equal(g->block[0], 512);
-    sj_generated_free(g);
     gen_state *gs;
     SJ_ASSERT_OK(rt_generator(hopper, &gs));
-    char configs[GEN_MAX_VARIANTS][256];
-    int n = 0;
-    SJ_ASSERT_OK(gen_variant_configs(gs, "hybrid_ffn_fwd", &p, configs, GEN_MAX_VARIANTS, &n));
-    assert_int_equal(tu_config_value(configs[n - 1], "ALGO"), 2);
-    assert_int_equal(tu_config_value(configs[n - 1], "WARPS"), 16);
-    assert_int_equal(tu_config_value(configs[n - 1], "STAGE"), 0);
-    SJ_ASSERT_OK(sj_generate(hopper, &p, NULL, &g));
-    assert_int_equal(tu_config_value(g->config, "ALGO"), 0);      /* not the default */
-    sj_generated_free(g);
-    tu_expect_refused(ampere, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3", "needs sm_90a");
-    tu_expect_refused(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,SPLIT=4", "ALGO=2 takes SPLIT=0");
-    tu_expect_refused(hopper, &p, "ALGO=0,WARPS=8", "ALGO=0 takes WARPS=16");
-    tu_expect_refused(hopper, &p, "ALGO=2,WARPS=16,UT=1024,STAGES=3", "UT=256 or 512");
-    tu_expect_refused(hopper, &p, "ALGO=1", "ALGO=1 must be 0");
+    const sj_op ops[] = { SJ_OP_HYBRID_FFN_FWD, SJ_OP_HYBRID_FFN_DX };
+    const char *templates[] = { "hybrid_ffn_fwd", "hybrid_ffn_dx" };
+    for (int o = 0; o < 2; o++) {
+        sj_problem p = ffn_problem(ops[o], 8192, 4096, 11008, 128);
+        sj_generated *g = NULL;
+        SJ_ASSERT_OK(sj_generate(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,STAGE=0", &g));
+        assert_int_equal(g->grid[0], 8192);
+        assert_int_equal(g->block[0], 256);
+        sj_generated_free(g);
+        SJ_ASSERT_OK(sj_generate(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,STAGE=1", &g));
+        assert_int_equal(g->grid[0], 16 * (22 + 64));   /* token tiles x (unit tiles + 64-column blocks) */
+        assert_int_equal(g->block[0], 512);
+        sj_generated_free(g);
+        char configs[GEN_MAX_VARIANTS][256];
+        int n = 0;
+        SJ_ASSERT_OK(gen_variant_configs(gs, templates[o], &p, configs, GEN_MAX_VARIANTS, &n));
+        assert_int_equal(tu_config_value(configs[n - 1], "ALGO"), 2);
+        assert_int_equal(tu_config_value(configs[n - 1], "WARPS"), 16);
+        assert_int_equal(tu_config_value(configs[n - 1], "STAGE"), 0);
+        SJ_ASSERT_OK(sj_generate(hopper, &p, NULL, &g));
+        assert_int_equal(tu_config_value(g->config, "ALGO"), 0);
+        sj_generated_free(g);
+        tu_expect_refused(ampere, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3", "needs sm_90a");
+        tu_expect_refused(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,SPLIT=4", "ALGO=2 takes SPLIT=0");
+        tu_expect_refused(hopper, &p, "ALGO=0,WARPS=8", "ALGO=0 takes WARPS=16");
+        tu_expect_refused(hopper, &p, "ALGO=2,WARPS=16,UT=1024,STAGES=3", "UT=256 or 512");
+        tu_expect_refused(hopper, &p, "ALGO=1", "ALGO=1 must be 0");
+    }
     sj_context_destroy(hopper);
     sj_context_destroy(ampere);
 }

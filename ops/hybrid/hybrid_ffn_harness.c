@@ -98,7 +98,7 @@ static sj_status fwd_launch(harness *h, const loaded_kernel *k, void *stream)
 static sj_status dx_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, stream);
+    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, 0, stream);
 }
 
 /* Row r of a weight matrix as doubles. */

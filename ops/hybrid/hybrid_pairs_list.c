@@ -1,6 +1,7 @@
 /* hybrid_pairs_list.c: the listed pairs of hybrid-ffn-fwd's tensor-core variant (ALGO=2,
  * templates/lib/hybrid_pairs.lua): the workspace plan its two kernels and the op share, and the
- * host reference of the listing kernel (STAGE=0), which the GPU test compares it with. */
+ * host reference of the listing kernel (STAGE=0), which the GPU test compares it with; the same for
+ * hybrid-ffn-dx's ALGO=2, whose pairs kernel keeps its slots twice. */
 #include "core/error.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
@@ -11,13 +12,16 @@
 
 static size_t ceil64(size_t words) { return (words + 63) / 64 * 64; }
 
-void hybrid_pairs_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, hybrid_pairs_ws *out)
+void hybrid_pairs_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, int halves, hybrid_pairs_ws *out)
 {
-    sj_problem twell = { 0 }; /* the pairs kernel's own workspace, for any of its configs */
+    sj_problem twell = { 0 }; /* the pairs kernel's counters */
     twell.m = rows;
-    twell.d_ff = cols;
-    const size_t per_tile = ceil64((size_t)rows * (size_t)((cols + 255) / 256));
-    const size_t counts = ceil64(twell_ffn_workspace(&twell) / 4);
+    const size_t m512 = (size_t)(rows + 511) / 512 * 512, f512 = (size_t)(cols + 511) / 512 * 512;
+    const size_t tiles256 = (size_t)(cols + 255) / 256, per_tile = ceil64((size_t)rows * tiles256);
+    /* the pairs kernel's own for any of its configs (twell_ffn_workspace's at halves = 1), then ours */
+    const size_t pairs = twell_ffn_counter_words(&twell) + ceil64((size_t)halves * m512 / 8 * tiles256) +
+                         (size_t)halves * m512 * f512;
+    const size_t counts = ceil64(pairs);
     out->counts = 4 * counts;
     out->starts = 4 * (counts + per_tile);
     out->list = 4 * (counts + 2 * per_tile);

@@ -48,11 +48,12 @@ P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
 -- counts and slots, fit for every config.
 function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
 
--- u32 words of that workspace for any config (ops/twell/twell_op.c's twell_ffn_workspace / 4):
--- where a caller can put its own arrays after it.
-function P.workspace_words(M, F)
+-- u32 words of that workspace for any config (ops/twell/twell_op.c's twell_ffn_workspace / 4 at
+-- halves = 1; the listed DX kernel's slot counts and slots take twice that, halves = 2): where a
+-- caller can put its own arrays after it.
+function P.workspace_words(M, F, halves)
   local m512, f512 = tw.cdiv(M, 512) * 512, tw.cdiv(F, 512) * 512
-  return P.list_offset(M) + (m512 // 8 * tw.cdiv(F, 256) + 63) // 64 * 64 + m512 * f512
+  return P.list_offset(M) + (halves * m512 // 8 * tw.cdiv(F, 256) + 63) // 64 * 64 + halves * m512 * f512
 end
 
 function P.geometry(problem, cfg)
@@ -208,23 +209,45 @@ $ end
 }
 $ if LISTED then
 
-/* u of token t's pair at local row `row` of unit tile ut (its tile's list is in ascending
- * columns: a binary search) to the pair's hybrid position: u_values (flat positions below MW =
- * tokens x W) or u_backup; a pair with no position (an unplaced row's) stores nothing. */
-__device__ __forceinline__ void sj_keep_u(const unsigned* __restrict__ entries, const int* __restrict__ counts,
-    sj_spill_t __restrict__ spill, int t, int ut, int row, float u, unsigned short* __restrict__ u_values,
-    unsigned short* __restrict__ u_backup) {
+/* The hybrid position of token t's pair at local row `row` of unit tile ut (its tile's list is in
+ * ascending columns: a binary search): flat, below MW = tokens x W an ELL slot, else MW + a
+ * backup position; HPOS_NONE for an unplaced row's pair. */
+__device__ __forceinline__ unsigned sj_pair_position(const unsigned* __restrict__ entries,
+    const int* __restrict__ counts, sj_spill_t __restrict__ spill, int t, int ut, int row) {
   const uint2* e = (const uint2*)entries + spill[(size_t)t * NUT + ut];
   int lo = 0, hi = counts[(size_t)t * NUT + ut] - 1;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
     if ((int)(e[mid].x >> 16) < row) lo = mid + 1; else hi = mid;
   }
-  const unsigned pos = e[lo].y;
+  return e[lo].y;
+}
+$   if DX then
+
+/* dh of the pair: dg = dh u (u as the forward stored it) and du = dh a, fp32, to the pair's
+ * position; returns dg (NaN for an unplaced row's pair, which stores nothing). */
+__device__ __forceinline__ float sj_keep_grads(const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    sj_spill_t __restrict__ spill, int t, int ut, int row, float dh, float a, ${KEEP_PARAMS}) {
+  const unsigned pos = sj_pair_position(entries, counts, spill, t, ut, row);
+  if (pos == HPOS_NONE) return __int_as_float(0x7fc00000);
+  const bool ell = pos < (unsigned)MW;
+  const unsigned at = ell ? pos : pos - (unsigned)MW;
+  const float dg = dh * ${to_f32}((T)(ell ? u_values[at] : u_backup[at]));
+  (ell ? dg_values : dg_backup)[at] = dg;
+  (ell ? du_values : du_backup)[at] = dh * a;
+  return dg;
+}
+$   else
+
+/* u of the pair to its hybrid position (nothing for an unplaced row's pair). */
+__device__ __forceinline__ void sj_keep_u(const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    sj_spill_t __restrict__ spill, int t, int ut, int row, float u, ${KEEP_PARAMS}) {
+  const unsigned pos = sj_pair_position(entries, counts, spill, t, ut, row);
   if (pos == HPOS_NONE) return;
   const unsigned short bits = ${from_f32}(u);
   if (pos < (unsigned)MW) u_values[pos] = bits; else u_backup[pos - (unsigned)MW] = bits;
 }
+$   end
 $ end
 ]], env) end
 
@@ -411,14 +434,22 @@ local function render_entry(env) return emit.render(here(), [[
 __device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
   unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
 
-$ if LISTED then
+$ if DX then
+/* the hybrid-ffn-dx ABI (templates/hybrid_ffn_dx.lua) and its tail: the workspace, where the list
+ * of the pairs is, then the descriptors of dY, Wd (the up product's), WgT and WuT (the down
+ * product's); the hybrid arrays are read through the list */
+extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
+    const T* __restrict__ dY, const unsigned short* __restrict__ values, const unsigned short* __restrict__ columns,
+    const int* __restrict__ nnz, const int* __restrict__ slot, const unsigned short* __restrict__ backup,
+    ${KEEP_INPUTS}, const T* __restrict__ WgT, const T* __restrict__ WuT, const T* __restrict__ Wd,
+    OutT* __restrict__ Y, ${KEEP_OUTPUTS}, int R, unsigned* work,
+$ elseif LISTED then
 /* the hybrid-ffn-fwd ABI (templates/hybrid_ffn_fwd.lua) and its tail: the workspace, where the
  * list of the pairs is, then the descriptors; the hybrid arrays are read through the list */
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned short* __restrict__ values, const unsigned short* __restrict__ columns,
     const int* __restrict__ nnz, const int* __restrict__ slot, const unsigned short* __restrict__ backup,
-    const T* __restrict__ WuT, const T* __restrict__ Wd, OutT* __restrict__ Y, unsigned short* __restrict__ u_values,
-    unsigned short* __restrict__ u_backup, int R, unsigned* work,
+    const T* __restrict__ WuT, const T* __restrict__ Wd, OutT* __restrict__ Y, ${KEEP_PARAMS}, int R, unsigned* work,
 $ else
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
@@ -429,7 +460,11 @@ $   if not LISTED then
     OutT* __restrict__ Y, int M, int D, int F, unsigned* work,
 $   end
     const __grid_constant__ sj_tensor_map tm_x, const __grid_constant__ sj_tensor_map tm_wu,
+$   if DX then
+    const __grid_constant__ sj_tensor_map tm_wd, const __grid_constant__ sj_tensor_map tm_wd2)
+$   else
     const __grid_constant__ sj_tensor_map tm_wd)
+$   end
 {
 $   if LISTED then
   const int M = ${M}, D = ${D}, F = ${F};
@@ -457,7 +492,7 @@ $ end
   if (item < NTT * NUT) {
     const int tt = item / NUT, ut = item % NUT;
 $ if LISTED then
-    sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu, u_values, u_backup);
+    sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu, ${KEEP_ARGS});
 $ elseif ALGO == 2 then
     sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu);
 $ else
@@ -476,7 +511,9 @@ $ else
 $ end
     if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
     __syncthreads();
-$ if ALGO == 2 then
+$ if DX then
+    sj_pairs_down(smem, tt, cb, &tm_wd, &tm_wd2, work, Y, M, D, F);
+$ elseif ALGO == 2 then
     sj_pairs_down(smem, tt, cb, &tm_wd, work, Y, M, D, F);
 $ else
     sj_pairs_down(smem, tt, cb, counts, Wd, plist, Y, M, D, F);
@@ -503,11 +540,13 @@ function P.render(env)
 end
 
 -- The kernel of ALGO=1 or 2 for problem and cfg (dt, ot: lib/cuda.lua's input and output dtypes).
--- listed (ALGO=2 only; nil for TwELL input): the listed kernel's entry name and its workspace
--- offsets (MW, CNT_OFF, ST_OFF, LIST_OFF), from lib/hybrid_pairs.lua.
+-- listed (ALGO=2 only; nil for TwELL input): from lib/hybrid_pairs.lua, the listed kernel's entry
+-- name, its workspace offsets (MW, CNT_OFF, ST_OFF, LIST_OFF), DX, and the per-pair outputs'
+-- parameters (KEEP_PARAMS, their names KEEP_ARGS; for DX also KEEP_INPUTS and KEEP_OUTPUTS, the
+-- same parameters in the ABI's order).
 function P.generate(problem, cfg, dt, ot, listed)
   local g = P.geometry(problem, cfg)
-  local env = { ALGO = cfg.ALGO, LISTED = listed ~= nil, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES,
+  local env = { ALGO = cfg.ALGO, LISTED = listed ~= nil, DX = false, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES,
                 CAP = problem.C, UB = P.UB, ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32,
                 from_f32 = dt.from_f32, out_f16 = ot.size == 2, opack2 = ot.pack2, ofrom = ot.from_f32,
                 M = problem.M }
