@@ -161,6 +161,18 @@ for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for
 done; done; done
 # skewed with a fifth of the units dead (--dead: trained models' never-firing units), 99%
 bench --op ffn-train --shape 8192x4096x4096 --d-ff 11008 --dtype bf16 --sparsity 0.99 --skew 1 --dead 0.2
+# The hybrid forward (u at the pairs, Y) and dx (dg, du at the pairs, dX) alone, against the dense
+# products they replace: the default (CUDA cores, a CTA per token), its L2-blocked pair (SPLIT=4
+# fwd, 8 dx) and the tensor-core variant (ALGO=2: the listing of the pairs, then the TwELL FFN's
+# pairs kernel; sm_90a), neither of the last two the default nor measured yet (bench/NOTES.md
+# counts their bounds). --lean: (4096, 11008) at 99% only.
+for dims in "2048 5632" "4096 11008"; do for sp in 0.99 0.999; do for skew in 0 1; do
+  set -- $dims
+  [ $lean -eq 1 ] && { [ "$1" != 4096 ] || [ "$sp" != 0.99 ] || [ $skew != 0 ]; } && continue
+  for op in "hybrid-ffn-fwd SPLIT=4" "hybrid-ffn-dx SPLIT=8"; do for c in "" "${op#* }" "ALGO=2,WARPS=16,UT=512,STAGES=3"; do
+    bench --op "${op%% *}" --shape "8192x$1x$1" --d-ff "$2" --dtype bf16 --sparsity $sp --skew $skew ${c:+--config $c}
+  done; done
+done; done; done
 for tok in 2048 8192; do for dims in "2048 5632" "4096 11008"; do for sp in 0.90 0.95 0.99 0.999; do
   set -- $dims
   # --quick keeps one 2048-token row, where the default takes 8 warps (templates/twell_ffn.lua)

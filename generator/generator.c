@@ -461,11 +461,10 @@ static void default_config(lua_State *L, gen_call *c, gen_config *out)
     read_config_table(L, c, "default()", &params, out);
 }
 
-/* c->cfg: the default, overridden by the values of c->given; unknown names refused. */
-static void resolve_config(lua_State *L, gen_call *c)
+/* out = base with the values c->given names; unknown names refused. */
+static void overlay_given(lua_State *L, gen_call *c, const gen_config *base, gen_config *out)
 {
-    default_config(L, c, &c->cfg);
-    gen_config *out = &c->cfg;
+    *out = *base;
     for (int i = 0; i < c->given.n; i++) {
         int found = 0;
         for (int j = 0; j < out->n; j++)
@@ -483,6 +482,43 @@ static void resolve_config(lua_State *L, gen_call *c)
                           c->given.names[i], known);
         }
     }
+}
+
+static void check_valid(lua_State *L, gen_call *c);
+
+/* c->cfg: the values c->given names over the default. When the caller names only some of the
+ * parameters and that mix is not valid (the default's other parameters belong to another
+ * algorithm: "WG=0" over a default that reads dY by TMA, which needs WG=1), the first of the
+ * template's variants() (its preferred candidates, in order) under which the named values are
+ * valid gives the rest instead; with none, the default's mix stays, so the error names why. */
+static void resolve_config(lua_State *L, gen_call *c)
+{
+    gen_config base;
+    default_config(L, c, &base);
+    overlay_given(L, c, &base, &c->cfg);
+    if (c->given.n == 0 || c->given.n >= c->cfg.n) return;
+    check_valid(L, c);
+    push_template(L, c);
+    int has_variants = lua_getfield(L, -1, "variants") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (c->valid || !has_variants) return;
+    const gen_config over_default = c->cfg;
+    gen_config params;
+    template_params(L, c, &params);
+    call_template(L, c, "variants", NULL, 1);
+    const lua_Integer count = lua_istable(L, -1) ? luaL_len(L, -1) : 0;
+    for (lua_Integer i = 1; i <= count; i++) {
+        lua_geti(L, -1, i);
+        read_config_table(L, c, "variants()", &params, &base);
+        overlay_given(L, c, &base, &c->cfg);
+        check_valid(L, c);
+        if (c->valid) {
+            lua_pop(L, 1);
+            return;
+        }
+    }
+    lua_pop(L, 1);
+    c->cfg = over_default;
 }
 
 /* c->valid and c->reason for c->cfg. */

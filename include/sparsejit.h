@@ -281,7 +281,10 @@ typedef struct sj_kernel_info {
 SJ_API sj_status sj_last_kernel_info(sj_context *ctx, sj_kernel_info *out);
 
 /* Forces a config for the next op calls with this problem ("" clears it). Used by bench/tune. A
- * config that is not NAME=INTEGER pairs, names a parameter the op's template does not have, or
+ * config may name some of the parameters: the rest come from the target's default, or, where
+ * that mix is invalid (the default's other parameters belong to another algorithm), from the
+ * first of the template's preferred candidates (variants) with which it is valid. A config that
+ * is not NAME=INTEGER pairs, names a parameter the op's template does not have, or
  * that the template finds invalid for the problem is refused with SJ_ERR_INVALID_ARGUMENT. */
 SJ_API sj_status sj_set_config(sj_context *ctx, const sj_problem *problem, const char *config);
 
@@ -778,7 +781,10 @@ SJ_API sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *layout, sj_op op,
  * backup position), nothing else of them; Y[t] = sum_j a u Wd[j] (problem->out_dtype). X, Y
  * tokens x d_model; WuT, Wd d_ff x d_model; row-major, 16-byte aligned, d_model a multiple of 8.
  * What the backward needs is H and u: W + backup positions, 6 bytes an ELL pair. An overflow row
- * that H left unplaced gets a NaN Y row. CUDA cores, one CTA per token; asynchronous. */
+ * that H left unplaced gets a NaN Y row. CUDA cores, one CTA per token; asynchronous. A config
+ * with ALGO=2 (sm_90a; not the default) runs it on tensor cores instead, with a workspace from the
+ * context's scratch buffer (allocated once per context and kept), so two such launches on one
+ * context must not run at the same time on different streams (the same for sj_hybrid_ffn_dx). */
 SJ_API sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *problem, sj_devptr X, const sj_hybrid_device *H,
                                    sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
                                    void *stream);

@@ -10,14 +10,16 @@
 --              const int* nnz, const int* slot, const unsigned short* backup,
 --              const unsigned short* u_values, const unsigned short* u_backup, const T* WgT,
 --              const T* WuT, const T* Wd, OutT* dX, float* dg_values, float* dg_backup,
---              float* du_values, float* du_backup, int R);
+--              float* du_values, float* du_backup, int R, unsigned* work, tm_dy, tm_wd, tm_wg, tm_wu);
 -- dY and dX M x D, WgT, WuT, Wd d_ff x D, row-major, D % 8 == 0; the hybrid arrays of a and u as
 -- hybrid-ffn-fwd left them; dg_* and du_* (M x W and R x d_ff floats) receive dg and du at the
--- active pairs' positions only. The kernel: lib/hybrid_rows.lua, mode "dx"; SPLIT > 0 is its
--- L2-blocked pair of kernels (STAGE=0, then STAGE=1 with the same arguments).
+-- active pairs' positions only. The last five (a workspace and TMA descriptors of dY, Wd, WgT and
+-- WuT) only ALGO=2's kernels take; the others take the first 17.
+-- Two algorithms (ALGO): 0, lib/hybrid_rows.lua, mode "dx", on CUDA cores (the default; SPLIT > 0
+-- is its L2-blocked pair of kernels, STAGE=0 then STAGE=1 with the same arguments); 2,
+-- lib/hybrid_pairs.lua, on tensor cores (sm_90a; a listing of the pairs, STAGE=0, then the TwELL
+-- FFN's pairs kernel with dY and Wd in the up product and WgT, then WuT in the down, STAGE=1).
 local rows = require "lib.hybrid_rows"
-
-local function valid(problem, cfg) return rows.valid(problem, cfg, "hybrid-ffn-dx") end
 
 -- At the active pairs: the sampled dh (2 D) and the two products of dX (4 D).
 local function flops(problem) return 6.0 * problem.M * problem.N * problem.DFF * rows.density(problem) end
@@ -30,15 +32,9 @@ local function bytes(problem)
   return problem.M * problem.N * (2 + osz) + pairs * (6 * problem.N + 16)
 end
 
-return {
+return require("lib.hybrid_pairs").template("hybrid-ffn-dx", "dx", 8, {
   name = "hybrid_ffn_dx",
   op = "hybrid-ffn-dx",
-  params = rows.PARAMS,
-  space = rows.space,
-  valid = valid,
-  default = function(problem) return rows.default(problem, 8, "hybrid-ffn-dx") end,
-  variants = function(problem) return rows.variants(problem, 8, "hybrid-ffn-dx") end,
-  generate = function(problem, cfg) return rows.generate(problem, cfg, "dx") end,
   flops = flops,
   bytes = bytes,
-}
+})

@@ -7,15 +7,18 @@
 -- tile), C = W (the ELL width), out_dtype = Y's.
 -- Kernel ABI: (const T* X, const unsigned short* values, const unsigned short* columns,
 --              const int* nnz, const int* slot, const unsigned short* backup, const T* WuT,
---              const T* Wd, OutT* Y, unsigned short* u_values, unsigned short* u_backup, int R);
+--              const T* Wd, OutT* Y, unsigned short* u_values, unsigned short* u_backup, int R,
+--              unsigned* work, tm_x, tm_wu, tm_wd);
 -- X M x D, WuT and Wd d_ff x D, Y M x D, all row-major, D % 8 == 0; the hybrid arrays as
 -- ops/hybrid/hybrid_format.h lays them out (R backup rows); u_values (M x W) and u_backup
 -- (R x d_ff) receive u in the input dtype at the ELL slots and backup positions of the active
--- pairs (nothing else of them is written). The kernel: lib/hybrid_rows.lua, mode "fwd"; SPLIT > 0
--- is its L2-blocked pair of kernels (STAGE=0, then STAGE=1 with the same arguments).
+-- pairs (nothing else of them is written). The last four (a workspace and TMA descriptors of X,
+-- WuT and Wd) only ALGO=2's kernels take; the others take the first 12.
+-- Two algorithms (ALGO): 0, lib/hybrid_rows.lua, mode "fwd", on CUDA cores (the default; SPLIT > 0
+-- is its L2-blocked pair of kernels, STAGE=0 then STAGE=1 with the same arguments); 2,
+-- lib/hybrid_pairs.lua, on tensor cores (sm_90a; a listing of the pairs, STAGE=0, then the TwELL
+-- FFN's pairs kernel over it, STAGE=1). Each leaves the other's parameters at fixed values.
 local rows = require "lib.hybrid_rows"
-
-local function valid(problem, cfg) return rows.valid(problem, cfg, "hybrid-ffn-fwd") end
 
 -- What a dense FFN does at the active pairs only: the up and the down product, 2 D FLOPs each.
 local function flops(problem) return 4.0 * problem.M * problem.N * problem.DFF * rows.density(problem) end
@@ -27,15 +30,9 @@ local function bytes(problem)
   return problem.M * problem.N * (2 + osz) + pairs * (4 * problem.N + 6)
 end
 
-return {
+return require("lib.hybrid_pairs").template("hybrid-ffn-fwd", "fwd", 4, {
   name = "hybrid_ffn_fwd",
   op = "hybrid-ffn-fwd",
-  params = rows.PARAMS,
-  space = rows.space,
-  valid = valid,
-  default = function(problem) return rows.default(problem, 4, "hybrid-ffn-fwd") end,
-  variants = function(problem) return rows.variants(problem, 4, "hybrid-ffn-fwd") end,
-  generate = function(problem, cfg) return rows.generate(problem, cfg, "fwd") end,
   flops = flops,
   bytes = bytes,
-}
+})

@@ -12,8 +12,14 @@
  * rounding of zero that may fall on either side. The L2-blocked configs (SPLIT 4, 8, 16: unit
  * ranges, then column slices, two kernels) run the same checks, and their u, dg, du and dX must
  * also be the bytes of the per-token kernel of the same THREADS and B run on the same inputs
- * (every difference is printed, every case runs, then the test fails). */
+ * (every difference is printed, every case runs, then the test fails). The tensor-core
+ * variants (ALGO=2: the listing of H's pairs, then the TwELL FFN's pairs kernel over it) of the
+ * fwd and of the dx, together or each beside the other's default, run the same checks, and the
+ * fwd's listing, run again into a poisoned workspace of the test's, must be
+ * hybrid_pairs_list_host's of H as the device holds it, and that second forward's u the first's
+ * bytes. */
 #include "test_util.h"
+#include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
 
 #include <math.h>
@@ -43,6 +49,8 @@ typedef struct ffn_case {
     const char *dw_config;    /* for hybrid-ffn-dw; NULL: the default */
     sj_dtype dw_out;          /* the gradients' dtype */
     int l2_blocked;           /* config is SPLIT > 0: u, dg, du, dX must be the per-token kernel's bytes */
+    const char *fwd_config;   /* the fwd's alone (its ALGO=2, with UT); NULL: config */
+    const char *dx_config;    /* the dx's alone (its ALGO=2); NULL: config */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -125,12 +133,51 @@ static void axpy(sj_dtype dt, double w, const uint16_t *row, double *acc, int64_
     for (int64_t i = 0; i < n; i++) acc[i] += w * tu_from16(dt, row[i]);
 }
 
+/* Checks failed so far: each is printed with its case, every case runs, the test fails at the end
+ * (one GPU run shows every failing case, not only the first). */
+static int checks_failed;
+
 static void expect_close(const char *what, const ffn_case *c, double e)
 {
     const double tol = c->dt == SJ_DTYPE_BF16 ? 3e-2 : 1e-2;
-    if (!(e < tol))
-        fail_msg("%s %s M=%lld F=%lld D=%lld W=%d s=%g: relative error %g", what, sj_dtype_name(c->dt), (long long)c->M,
-                 (long long)c->F, (long long)c->D, c->W, c->sparsity, e);
+    if (e < tol) return;
+    print_message("FAILED: %s %s M=%lld F=%lld D=%lld W=%d s=%g config %s / fwd %s / dx %s: relative error %g\n", what,
+                  sj_dtype_name(c->dt), (long long)c->M, (long long)c->F, (long long)c->D, c->W, c->sparsity,
+                  c->config ? c->config : "default", c->fwd_config ? c->fwd_config : "-",
+                  c->dx_config ? c->dx_config : "-", e);
+    checks_failed++;
+}
+
+/* A rows x cols output (dt) that holds non-finite values: how many, in how many rows, the first
+ * few rows, so a failure tells an unwritten or NaN row from overflowing sums. */
+static void report_nonfinite(const char *what, sj_dtype dt, const uint16_t *out, int64_t rows, int64_t cols)
+{
+    int64_t bad = 0, bad_rows = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t in_row = 0, first = -1;
+        for (int64_t c = 0; c < cols; c++)
+            if (!isfinite(tu_from16(dt, out[r * cols + c]))) in_row++, first = first < 0 ? c : first;
+        if (in_row && bad_rows++ < 4)
+            print_message("  %s row %lld: %lld non-finite, the first at column %lld (0x%04x)\n", what, (long long)r,
+                          (long long)in_row, (long long)first, out[r * cols + first]);
+        bad += in_row;
+    }
+    if (bad) print_message("  %s: %lld non-finite values in %lld rows\n", what, (long long)bad, (long long)bad_rows);
+}
+
+/* The bytes of two device buffers must be equal (what: the comparison, for the message). */
+static void expect_same_bytes(sj_context *ctx, const char *what, sj_devptr a, sj_devptr b, size_t bytes)
+{
+    unsigned char *ha = malloc(bytes + 1), *hb = malloc(bytes + 1);
+    assert_true(ha && hb);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, ha, a, bytes));
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, hb, b, bytes));
+    if (memcmp(ha, hb, bytes)) {
+        print_message("FAILED: %s: the bytes differ from the run it is compared with\n", what);
+        checks_failed++;
+    }
+    free(ha);
+    free(hb);
 }
 
 /* Checks one gradient the device wrote (out dtype, d_ff x d_model) against the reference. */
@@ -194,6 +241,69 @@ static void run_dw(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H
     if (c->dw_config) SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
 }
 
+/* Downloads n 32-bit words at byte offset `at` of work. */
+static uint32_t *words_at(sj_context *ctx, sj_devptr work, size_t at, size_t n)
+{
+    uint32_t *h = malloc(4 * n + 4);
+    assert_non_null(h);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, h, work + at, 4 * n));
+    return h;
+}
+
+/* ALGO=2's listing, run again (the whole forward) into a poisoned workspace, against the host
+ * reference on a, H as the device holds it: every count and start, and every listed pair; the
+ * second forward's u must be the first's bytes (uv, ub). */
+static void check_listing(sj_context *ctx, const ffn_case *c, const sj_problem *fp, const sj_hybrid_device *H,
+                          const sj_hybrid_host *a, sj_devptr X, sj_devptr WuT, sj_devptr Wd, sj_devptr uv, sj_devptr ub)
+{
+    const sj_hybrid_layout *l = &H->layout;
+    const int ut = tu_config_value(c->fwd_config, "UT");
+    const int64_t nut = (l->cols + ut - 1) / ut, cells = l->rows * nut;
+    hybrid_pairs_ws w;
+    hybrid_pairs_plan(l->rows, l->cols, l->width, l->backup_rows, 1, &w);
+    const size_t tok = (size_t)(c->M * c->D) * 2, ell = (size_t)(l->rows * l->width) * 2,
+                 bk = (size_t)(l->backup_rows * l->cols) * 2;
+    sj_devptr work = poisoned(ctx, w.total), Y1 = poisoned(ctx, tok), uv1 = poisoned(ctx, ell), ub1 = poisoned(ctx, bk);
+    const loaded_kernel *k;
+    SJ_ASSERT_OK(rt_require_gpu(ctx, "check_listing"));
+    SJ_ASSERT_OK(rt_kernel_for(ctx, fp, &k));
+    hybrid_saved_u u = { uv1, bk ? ub1 : 0 };
+    SJ_ASSERT_OK(hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y1, &u, work, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    expect_same_bytes(ctx, "u (ELL), ALGO=2 run twice", uv, uv1, ell);
+    if (bk) expect_same_bytes(ctx, "u (backup), ALGO=2 run twice", ub, ub1, bk);
+    uint32_t *counts = words_at(ctx, work, w.counts, (size_t)cells), *starts = words_at(ctx, work, w.starts, (size_t)cells),
+             *list = words_at(ctx, work, w.list, 2 * (size_t)w.positions);
+    int32_t *rc = malloc(4 * (size_t)cells), *rs = malloc(4 * (size_t)cells);
+    uint32_t *rl = malloc(8 * (size_t)w.positions + 8);
+    assert_true(rc && rs && rl);
+    SJ_ASSERT_OK(hybrid_pairs_list_host(a, ut, rc, rs, rl));
+    int64_t wrong = 0; /* cells whose count, start or pairs differ: the first few printed */
+    for (int64_t i = 0; i < cells; i++) {
+        int ok = (int32_t)counts[i] == rc[i] && (int32_t)starts[i] == rs[i];
+        if (!ok && wrong < 4)
+            print_message("  ALGO=2 listing, row %lld tile %lld: count %d start %d, the host's %d and %d\n",
+                          (long long)(i / nut), (long long)(i % nut), (int)counts[i], (int)starts[i], rc[i], rs[i]);
+        for (int64_t q = rs[i]; ok && q < rs[i] + rc[i]; q++)
+            if (list[2 * q] != rl[2 * q] || list[2 * q + 1] != rl[2 * q + 1]) {
+                ok = 0;
+                if (wrong < 4)
+                    print_message("  ALGO=2 listing, row %lld tile %lld, pair %lld: %08x %08x, the host's %08x %08x\n",
+                                  (long long)(i / nut), (long long)(i % nut), (long long)q, list[2 * q],
+                                  list[2 * q + 1], rl[2 * q], rl[2 * q + 1]);
+            }
+        wrong += !ok;
+    }
+    if (wrong) {
+        print_message("FAILED: ALGO=2 listing: %lld of %lld (row, unit tile) cells differ from the host's\n",
+                      (long long)wrong, (long long)cells);
+        checks_failed++;
+    }
+    free(counts), free(starts), free(list), free(rc), free(rs), free(rl);
+    sj_devptr all[] = { work, Y1, uv1, ub1 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
+}
+
 static void run_case(sj_context *ctx, const ffn_case *c)
 {
     const sj_dtype dt = c->dt;
@@ -236,10 +346,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     sj_problem fp, xp;
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_FWD, D, &fp));
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(hl, SJ_OP_HYBRID_FFN_DX, D, &xp));
-    if (c->config) {
-        SJ_ASSERT_OK(sj_set_config(ctx, &fp, c->config));
-        SJ_ASSERT_OK(sj_set_config(ctx, &xp, c->config));
-    }
+    const char *fwd_config = c->fwd_config ? c->fwd_config : c->config, *dx_config = c->dx_config ? c->dx_config : c->config;
+    if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, fwd_config));
+    if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, dx_config));
     SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y, uv, bk ? ub : 0, NULL));
     SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dXo, dgv, bk ? dgb : 0, duv,
                                   bk ? dub : 0, NULL));
@@ -250,8 +359,10 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     assert_true(out && u_v && u_b && g_v && g_b && d_v && d_b);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, out, Y, tok * b16));
     expect_close("Y", c, tu_rel_error(dt, out, ref.Y, tok));
+    report_nonfinite("Y", dt, out, M, D);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, out, dXo, tok * b16));
     expect_close("dX", c, tu_rel_error(dt, out, ref.dX, tok));
+    report_nonfinite("dX", dt, out, M, D);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, u_v, uv, ell * b16));
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, g_v, dgv, ell * 4));
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, d_v, duv, ell * 4));
@@ -284,10 +395,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     expect_close("dWd (from a u)", c, rel_error64(gWd, ref.dWd, wts));
     const sj_devptr pairs[6] = { uv, bk ? ub : 0, dgv, bk ? dgb : 0, duv, bk ? dub : 0 };
     run_dw(ctx, c, &H, dX_in, ddY, pairs, &ref);
-    if (c->config) {
-        SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
-        SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
-    }
+    if (c->fwd_config) check_listing(ctx, c, &fp, &H, &a, dX_in, dWu, dWd, uv, bk ? ub : 0);
+    if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
+    if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
     if (c->l2_blocked) {
         /* the per-token kernel of the same THREADS and B: the same threads hold the same columns,
          * so each pair's dot is summed in the same order */
@@ -338,29 +448,43 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0 },
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL, NULL },
         /* every row overflows; one token a chunk, more tokens than a chunk holds */
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0 },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL, NULL },
         /* ragged; the backup grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0 },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0 },          /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL, NULL },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, NULL },          /* ragged d_model, 99.9% */
         /* nothing overflows */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0 },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL, NULL },
         /* the L2-blocked pair, every SPLIT, both dtypes; ragged ranges (d_ff) and slices (d_model
          * pieces), rows overflowing into a backup that grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1 },
-        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
-        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1 },
-        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1 },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
+        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
         /* slices of 33 pieces; the slices of SPLIT=4 here take two 16-byte pieces a thread */
-        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1 },
-        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1 },
-        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1 },
+        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        /* the tensor-core variants (ALGO=2) of the fwd and the dx, both unit tiles, 8 and 16 warps,
+         * 2 to 4 stages: 99%; every row overflowing (a partial last unit tile); ragged d_ff and
+         * d_model with a backup that grows; nothing overflowing (the fwd alone); 99.9% (the dx
+         * alone, on the per-token fwd's u); several token tiles, the last partial */
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
+          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=8,UT=512,STAGES=2",
+          "ALGO=2,WARPS=8,UT=512,STAGES=2" },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=256,STAGES=4",
+          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3", NULL },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, "ALGO=2,WARPS=16,UT=512,STAGES=3" },
+        { SJ_DTYPE_F16, 700, 1500, 520, 64, 0, 0.98, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
+          "ALGO=2,WARPS=16,UT=256,STAGES=2" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
-    if (split_cases_differing)
-        fail_msg("%d L2-blocked cases gave per-pair values or dX other than the per-token kernel's bits (above)",
-                 split_cases_differing);
+    if (checks_failed || split_cases_differing)
+        fail_msg("%d checks failed; %d L2-blocked cases gave per-pair values or dX other than the per-token kernel's "
+                 "bits (above)", checks_failed, split_cases_differing);
 }
 
 int main(void)

@@ -123,24 +123,24 @@ static void test_variants(void **state)
     for (int i = 0; i < 2; i++) {
         sj_problem p = ffn(ops[i], 8192, 4096, 11008, 128);
         int n = 0;
+        /* then, on sm_90a, their tensor-core variant (test_hybrid_pairs_list checks it) */
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &p, configs, GEN_MAX_VARIANTS, &n));
-        assert_int_equal(n, 2);
+        assert_int_equal(n, 3);
         assert_int_equal(tu_config_value(configs[0], "SPLIT"), splits[i]);
         assert_int_equal(tu_config_value(configs[0], "STAGE"), 0);
         assert_int_equal(tu_config_value(configs[1], "SPLIT"), 0);
         assert_int_equal(tu_config_value(configs[1], "THREADS"), tu_config_value(configs[0], "THREADS"));
+        assert_int_equal(tu_config_value(configs[2], "ALGO"), 2);
         sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
         SJ_ASSERT_OK(gen_variant_configs(gs, templates[i], &small, configs, GEN_MAX_VARIANTS, &n));
-        assert_int_equal(n, 1);
+        assert_int_equal(n, 2);
         assert_int_equal(tu_config_value(configs[0], "SPLIT"), 0);
     }
 }
 
 static void expect_refused(const sj_problem *p, const char *config, const char *needle)
 {
-    sj_generated *g = NULL;
-    SJ_ASSERT_STATUS(sj_generate(ctx, p, config, &g), SJ_ERR_INVALID_ARGUMENT, needle);
-    assert_null(g);
+    tu_expect_refused(ctx, p, config, needle);
 }
 
 static void test_refusals(void **state)
@@ -148,7 +148,7 @@ static void test_refusals(void **state)
     (void)state;
     sj_problem p = ffn(SJ_OP_HYBRID_FFN_FWD, 8192, 4096, 11008, 128);
     expect_refused(&p, "SPLIT=2", "must be 0 (one kernel per token), 4, 8 or 16");
-    expect_refused(&p, "SPLIT=0,STAGE=1", "second kernel of SPLIT > 0");
+    expect_refused(&p, "ALGO=0,SPLIT=0,STAGE=1", "second kernel of SPLIT > 0");
     expect_refused(&p, "SPLIT=4,STAGE=2", "STAGE=2 must be 0");
     sj_problem narrow = ffn(SJ_OP_HYBRID_FFN_DX, 256, 2048, 11008, 128);
     expect_refused(&narrow, "SPLIT=16", "256 16-byte pieces; a column slice needs at least 32 (a warp's), so SPLIT <= 8");

@@ -266,6 +266,13 @@ int tu_config_value(const char *config, const char *name)
     return -1;
 }
 
+void tu_expect_refused(sj_context *ctx, const sj_problem *p, const char *config, const char *needle)
+{
+    sj_generated *g = NULL;
+    SJ_ASSERT_STATUS(sj_generate(ctx, p, config, &g), SJ_ERR_INVALID_ARGUMENT, needle);
+    assert_null(g);
+}
+
 int tu_count_lines(const char *text, const char *needle)
 {
     int n = 0;

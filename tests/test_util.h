@@ -70,6 +70,8 @@ char *tu_sass(const void *cubin, size_t size);
 int tu_count_lines(const char *text, const char *needle);
 /* Value of NAME in a config string "A=1,B=2" (parsed by the generator's parser); -1 if absent. */
 int tu_config_value(const char *config, const char *name);
+/* sj_generate(ctx, p, config) must refuse with SJ_ERR_INVALID_ARGUMENT, its error holding needle. */
+void tu_expect_refused(sj_context *ctx, const sj_problem *p, const char *config, const char *needle);
 /* The source tree: $SJ_SOURCE_DIR (a build moved to another machine), else where it was built. */
 const char *tu_source_dir(void);
 /* A fresh temporary directory path (created) for cache files. */

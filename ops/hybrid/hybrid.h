@@ -28,15 +28,41 @@ typedef struct hybrid_grads {
     sj_devptr dg_values, dg_backup, du_values, du_backup;
 } hybrid_grads;
 
-/* Launch a hybrid-ffn-fwd kernel with its ABI (X, H, WuT, Wd, Y, u, R): the entry point and the
- * harness share it. An L2-blocked kernel (SPLIT > 0) is followed on the stream by its config's
- * STAGE=1 kernel (the same for the dx). */
+/* Launch a hybrid-ffn-fwd kernel with its ABI (X, H, WuT, Wd, Y, u, R, then ALGO=2's workspace
+ * and TMA descriptors): the entry point and the harness share it. An L2-blocked kernel (SPLIT >
+ * 0) is followed on the stream by its config's STAGE=1 kernel (the same for the dx), and so is
+ * ALGO=2's listing by its pairs kernel; work (0: the context's scratch buffer, so two such
+ * launches on one context must not overlap) holds ALGO=2's list, hybrid_pairs_plan's total. */
 sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
-                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream);
-/* Launch a hybrid-ffn-dx kernel with its ABI (dY, H, u, WgT, WuT, Wd, dX, grads, R). */
+                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, sj_devptr work,
+                                void *stream);
+/* Launch a hybrid-ffn-dx kernel with its ABI (dY, H, u, WgT, WuT, Wd, dX, grads, R, then ALGO=2's
+ * workspace and TMA descriptors), its config's second kernel after it as for the fwd; work as
+ * there (hybrid_pairs_plan at halves = 2). */
 sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
                                const hybrid_saved_u *u, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd, sj_devptr dX,
-                               const hybrid_grads *g, void *stream);
+                               const hybrid_grads *g, sj_devptr work, void *stream);
+
+/* hybrid-ffn-fwd's and hybrid-ffn-dx's tensor-core variants (ALGO=2, templates/lib/hybrid_pairs.lua)
+ * list H's pairs in a workspace before their pairs kernel: per row and unit tile a count and the
+ * index of its first pair, and the pairs, two words each: (column in the tile << 16) | value bits,
+ * and the pair's hybrid position (its ELL slot r W + i, or rows W + s cols + j in backup row s).
+ * The workspace: the pairs kernel's own first (halves = 1 for the fwd, 2 for the dx, whose slots
+ * are kept twice), then counts and starts (rows x ceil(cols / 256) ints each), then the list (a
+ * pair a position: rows W + backup_rows cols). Byte offsets; pure arithmetic
+ * (hybrid_pairs_list.c; the template computes the same). */
+#define HYBRID_PAIRS_NO_POSITION 0xffffffffu /* an unplaced row's one NaN pair */
+typedef struct hybrid_pairs_ws {
+    size_t counts, starts, list, total;
+    int64_t positions;          /* the list's capacity */
+} hybrid_pairs_ws;
+void hybrid_pairs_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, int halves, hybrid_pairs_ws *out);
+/* The listing on the host, as the device's STAGE=0 writes it: counts and starts (rows x
+ * ceil(cols / unit_tile), row-major) and the pairs of each row and tile in ascending columns at
+ * list[2 start ..] (list: 2 words a position); unplaced overflow rows list one NaN pair of unit 0
+ * with HYBRID_PAIRS_NO_POSITION. Entries of the list no row uses are left as they were. */
+sj_status hybrid_pairs_list_host(const sj_hybrid_host *h, int unit_tile, int32_t *counts, int32_t *starts,
+                                 uint32_t *list);
 
 /* The gradients' outputs (d_ff x d_model each). */
 typedef struct hybrid_weight_grads {

@@ -3,7 +3,7 @@
  * (templates/hybrid_ffn_fwd.lua), sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua) and
  * sj_hybrid_ffn_dw (the transpose, then templates/hybrid_ffn_dw.lua: hybrid_dw_launch.c), their
  * argument checks, the fwd and dx launches (shared with the harness; an L2-blocked config, SPLIT
- * > 0, is two kernels in stream order) and their problem. */
+ * > 0, and the tensor-core variants, ALGO=2, are two kernels in stream order) and their problem. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
@@ -53,53 +53,94 @@ static sj_status pair_arrays(const sj_hybrid_device *H, const char *ell_name, sj
     return st;
 }
 
-/* The op's kernel k, then for an L2-blocked config (SPLIT > 0, lib/hybrid_rows.lua) its
- * column-slice updates, STAGE=1 of the same config, which read the per-pair values k stored
- * (u; dg, du): the same arguments, stream order, no workspace. STAGE=1 alone is refused. */
-static sj_status launch_rows(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
+/* The op's kernel k, then for a config of two kernels its second, STAGE=1 of the same config
+ * with the same arguments, in stream order: an L2-blocked config's column-slice updates (SPLIT >
+ * 0, lib/hybrid_rows.lua), which read the per-pair values k stored (u; dg, du), and the
+ * tensor-core variant's pairs kernel (ALGO=2, lib/hybrid_pairs.lua), which reads the list k wrote
+ * into the workspace. STAGE=1 alone is refused. */
+static sj_status launch_stages(sj_context *ctx, const loaded_kernel *k, void **args, size_t n_args, void *stream)
 {
     gen_config c;
     sj_status st = gen_config_parse(k->config, &c);
-    int split = 0, *stage = NULL;
+    int split = 0, algo = 0, *stage = NULL;
     for (int i = 0; st == SJ_OK && i < c.n; i++) {
         if (!strcmp(c.names[i], "SPLIT")) split = c.values[i];
+        if (!strcmp(c.names[i], "ALGO")) algo = c.values[i];
         if (!strcmp(c.names[i], "STAGE")) stage = &c.values[i];
     }
     if (st != SJ_OK) return st;
-    if (split > 0 && (!stage || *stage != 0))
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s config %s: STAGE=1 is the second kernel of SPLIT=%d, which the op "
-                         "launches after STAGE=0; give STAGE=0", k->template_name, k->config, split);
-    if ((st = rt_launch(ctx, k, args, n_args, stream)) != SJ_OK || split == 0) return st;
+    const int two = split > 0 || algo == 2;
+    if (two && (!stage || *stage != 0))
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s config %s: STAGE=1 is the second kernel of %s, which the op "
+                         "launches after STAGE=0; give STAGE=0", k->template_name, k->config,
+                         algo == 2 ? "ALGO=2" : "SPLIT > 0");
+    if ((st = rt_launch(ctx, k, args, n_args, stream)) != SJ_OK || !two) return st;
     *stage = 1;
     char config[sizeof k->config];
     gen_config_format(&c, config, sizeof config);
-    const loaded_kernel *updates;
-    if ((st = rt_kernel_with_config(ctx, &k->problem, k->template_name, config, &updates)) != SJ_OK)
-        return error_prefix(st, "the column-slice kernel %s", config);
-    return rt_launch(ctx, updates, args, n_args, stream);
+    const loaded_kernel *second;
+    if ((st = rt_kernel_with_config(ctx, &k->problem, k->template_name, config, &second)) != SJ_OK)
+        return error_prefix(st, "the second kernel %s", config);
+    return rt_launch(ctx, second, args, n_args, stream);
+}
+
+/* Canonical configs sort their names, so ALGO leads: ALGO=2 is the tensor-core variant. */
+static int pairs_variant(const loaded_kernel *k) { return !strncmp(k->config, "ALGO=2,", 7); }
+
+/* ALGO=2's workspace (*work, or the context's scratch when 0) and TMA descriptors: the up
+ * product's rows (X; dY) and weights (WuT; Wd), 32-element boxes, and the down product's one or
+ * two weights (Wd; WgT, WuT), 64 x 64 boxes. */
+static sj_status pairs_tail(sj_context *ctx, const loaded_kernel *k, const sj_hybrid_device *H, int halves,
+                            sj_devptr *work, sj_devptr up_x, sj_devptr up_w, const sj_devptr down_w[2], tensor_map maps[4])
+{
+    const sj_problem *p = &k->problem;
+    hybrid_pairs_ws w;
+    hybrid_pairs_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, halves, &w);
+    sj_status st;
+    if ((!*work && (st = rt_scratch(ctx, w.total, work)) != SJ_OK) ||
+        (st = rt_tensor_map_rows(ctx, &maps[0], up_x, p->m, p->n, TMA_ROWS32, "TMA descriptor of the up product's rows")) != SJ_OK ||
+        (st = rt_tensor_map_rows(ctx, &maps[1], up_w, p->d_ff, p->n, TMA_ROWS32, "TMA descriptor of the up product's weights")) != SJ_OK)
+        return st;
+    for (int i = 0; i < halves; i++)
+        if ((st = rt_tensor_map_rows(ctx, &maps[2 + i], down_w[i], p->d_ff, p->n, TMA_WGMMA,
+                                     "TMA descriptor of the down product's weights")) != SJ_OK)
+            return st;
+    return SJ_OK;
 }
 
 sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, const sj_hybrid_device *H,
-                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, void *stream)
+                                sj_devptr WuT, sj_devptr Wd, sj_devptr Y, const hybrid_saved_u *u, sj_devptr work,
+                                void *stream)
 {
     int r = (int)H->layout.backup_rows;
     sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
               uv = u->values, ub = u->backup;
-    void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r };
-    return launch_rows(ctx, k, RT_ARGS(args), stream);
+    tensor_map maps[4] = { { { 0 } } };
+    const sj_devptr down[2] = { Wd, 0 };
+    sj_status st;
+    if (pairs_variant(k) && (st = pairs_tail(ctx, k, H, 1, &work, X, WuT, down, maps)) != SJ_OK) return st;
+    /* the launch reads as many arguments as the kernel declares: ALGO=0's stop at R */
+    void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r, &work,
+                     &maps[0], &maps[1], &maps[2] };
+    return launch_stages(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr dY, const sj_hybrid_device *H,
                                const hybrid_saved_u *u, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd, sj_devptr dX,
-                               const hybrid_grads *g, void *stream)
+                               const hybrid_grads *g, sj_devptr work, void *stream)
 {
     int r = (int)H->layout.backup_rows;
     sj_devptr values = H->values, columns = H->columns, nnz = H->nnz, slot = H->slot, backup = H->backup,
               uv = u->values, ub = u->backup, dgv = g->dg_values, dgb = g->dg_backup, duv = g->du_values,
               dub = g->du_backup;
+    tensor_map maps[4] = { { { 0 } } };
+    const sj_devptr down[2] = { WgT, WuT };
+    sj_status st;
+    if (pairs_variant(k) && (st = pairs_tail(ctx, k, H, 2, &work, dY, Wd, down, maps)) != SJ_OK) return st;
+    /* ALGO=0's kernels stop at R */
     void *args[] = { &dY, &values, &columns, &nnz, &slot, &backup, &uv, &ub, &WgT, &WuT, &Wd, &dX,
-                     &dgv, &dgb, &duv, &dub, &r };
-    return launch_rows(ctx, k, RT_ARGS(args), stream);
+                     &dgv, &dgb, &duv, &dub, &r, &work, &maps[0], &maps[1], &maps[2], &maps[3] };
+    return launch_stages(ctx, k, RT_ARGS(args), stream);
 }
 
 sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_hybrid_device *H,
@@ -115,7 +156,7 @@ sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, c
     const loaded_kernel *k;
     if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
     hybrid_saved_u u = { u_values, u_backup };
-    return hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y, &u, stream);
+    return hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y, &u, 0, stream);
 }
 
 sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, const sj_hybrid_device *H,
@@ -135,7 +176,7 @@ sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, c
     if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
     hybrid_saved_u u = { u_values, u_backup };
     hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
-    return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, stream);
+    return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, 0, stream);
 }
 
 sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr dY, const sj_hybrid_device *H,

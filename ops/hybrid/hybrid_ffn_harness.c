@@ -92,13 +92,13 @@ static sj_status dx_setup(harness *h, uint64_t seed) { return ffn_setup_common(h
 static sj_status fwd_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return hybrid_ffn_fwd_launch(h->ctx, k, s->X, &s->H, s->WuT, s->Wd, s->out, &s->u, stream);
+    return hybrid_ffn_fwd_launch(h->ctx, k, s->X, &s->H, s->WuT, s->Wd, s->out, &s->u, 0, stream);
 }
 
 static sj_status dx_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, stream);
+    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, 0, stream);
 }
 
 /* Row r of a weight matrix as doubles. */

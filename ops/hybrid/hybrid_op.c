@@ -156,13 +156,20 @@ const op_desc op_hybrid_gate = {
 
 /* lib/hybrid_rows.lua: CUDA cores (FFMA, 16-byte loads, warp ballots), no MMA. The default, one
  * kernel per token; SPLIT > 0, the L2-blocked pair the op launches in order: the sampled products
- * by unit range (STAGE=0), then the updates by column slice (STAGE=1). */
-static const op_variant rows_variants[] = {
+ * by unit range (STAGE=0), then the updates by column slice (STAGE=1). On sm_90a the tensor-core
+ * variant (ALGO=2, lib/hybrid_pairs.lua), also two kernels: the listing of H's pairs (a shared
+ * bitmap per token: shared atomics, popcounts, a warp scan) and the TwELL FFN's pairs kernel over
+ * the list (mma.sync fed by TMA, mbarriers). The fwd and the dx alike. */
+static const op_variant ffn_variants[] = {
     { .name = "token-rows", .config = NULL, .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE", .sass_absent = "HMMA,HGMMA" },
     { .name = "range-products", .config = "SPLIT=4,STAGE=0", .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE,SHFL.BFLY",
       .sass_absent = "HMMA,HGMMA" },
     { .name = "slice-updates", .config = "SPLIT=4,STAGE=1", .arch = "sm_80", .sass = "FFMA,LDG.E.128,VOTE",
       .sass_absent = "HMMA,HGMMA,SHFL" },
+    { .name = "pairs-listing", .config = "ALGO=2,WARPS=8,UT=512,STAGES=3,STAGE=0", .arch = "sm_90a",
+      .sass = "ATOMS.OR,POPC,SHFL.UP", .sass_absent = "HMMA,HGMMA" },
+    { .name = "pairs-tensor-cores", .config = "ALGO=2,WARPS=8,UT=512,STAGES=3,STAGE=1", .arch = "sm_90a",
+      .sass = "HMMA.16816.F32,UTMALDG.2D,SYNCS.PHASECHK", .sass_absent = "HGMMA" },
 };
 
 const op_desc op_hybrid_ffn_fwd = {
@@ -170,7 +177,7 @@ const op_desc op_hybrid_ffn_fwd = {
     .name = "hybrid-ffn-fwd",
     .template_name = "hybrid_ffn_fwd",
     .reads = OP_READS_TWELL | OP_READS_D_FF,
-    .n_args = 12,
+    .n_args = 16,
     .tunable = 1,
     .validate = validate_ffn,
     .key_text = key_text_ffn,
@@ -179,8 +186,8 @@ const op_desc op_hybrid_ffn_fwd = {
     .harness = &harness_hybrid_ffn_fwd,
     .baseline_help = "the up GEMM (tokens x d_ff over d_model), relu(gate) (.) up and the down GEMM",
     .example = example_fwd,
-    .variants = rows_variants,
-    .n_variants = sizeof rows_variants / sizeof *rows_variants,
+    .variants = ffn_variants,
+    .n_variants = sizeof ffn_variants / sizeof *ffn_variants,
 };
 
 const op_desc op_hybrid_ffn_dx = {
@@ -188,7 +195,7 @@ const op_desc op_hybrid_ffn_dx = {
     .name = "hybrid-ffn-dx",
     .template_name = "hybrid_ffn_dx",
     .reads = OP_READS_TWELL | OP_READS_D_FF,
-    .n_args = 17,
+    .n_args = 22,
     .tunable = 1,
     .validate = validate_ffn,
     .key_text = key_text_ffn,
@@ -197,8 +204,8 @@ const op_desc op_hybrid_ffn_dx = {
     .harness = &harness_hybrid_ffn_dx,
     .baseline_help = "dH = dY . Wd^T, the two element-wise products of dG and dU, and dX's two GEMMs",
     .example = example_dx,
-    .variants = rows_variants,
-    .n_variants = sizeof rows_variants / sizeof *rows_variants,
+    .variants = ffn_variants,
+    .n_variants = sizeof ffn_variants / sizeof *ffn_variants,
 };
 
 /* templates/hybrid_ffn_dw.lua: one algorithm, CUDA cores (FFMA over 16-byte gathers of X and dY

@@ -26,6 +26,11 @@
 -- Overflow: a tile whose count exceeds C is read from the spill (its non-zeros in column order);
 -- it yields exactly `count` pairs (zeros pad, should the spill hold fewer), so list offsets,
 -- computed from the counts alone, stay consistent.
+-- Listed input (env.LISTED, ALGO=2 only; lib/hybrid_pairs.lua, the hybrid FFN's tensor-core
+-- forward): instead of TwELL's fixed C slots a tile, every (token, tile) has its count and the
+-- index of its first pair in one list of (entry, hybrid position) pairs, so no tile overflows and
+-- the spill argument carries those starts; the kernel takes the hybrid-ffn-fwd ABI, finds the
+-- list in its workspace, and the up phase also stores u at each pair's hybrid position.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
@@ -42,6 +47,14 @@ P.NCOL = 64          -- output columns per phase-B item: 16 lanes x 4
 -- bytes, M' and F' being M and F rounded up to 512: ALGO=1's M * F list entries, or ALGO=2's
 -- counts and slots, fit for every config.
 function P.list_offset(M) return (2 + tw.cdiv(M, 256) + 63) // 64 * 64 end
+
+-- u32 words of that workspace for any config (ops/twell/twell_op.c's twell_ffn_workspace / 4 at
+-- halves = 1; the listed DX kernel's slot counts and slots take twice that, halves = 2): where a
+-- caller can put its own arrays after it.
+function P.workspace_words(M, F, halves)
+  local m512, f512 = tw.cdiv(M, 512) * 512, tw.cdiv(F, 512) * 512
+  return P.list_offset(M) + (halves * m512 // 8 * tw.cdiv(F, 256) + 63) // 64 * 64 + halves * m512 * f512
+end
 
 function P.geometry(problem, cfg)
   local g = {}
@@ -115,6 +128,12 @@ local function render_head(env) return emit.render(here(), [[
 $ if DG > 0 then
 #define DG ${DG}
 $ end
+$ if LISTED then
+#define MW ${MW}
+#define CNT_OFF ${CNT_OFF}
+#define ST_OFF ${ST_OFF}
+#define LIST_OFF ${LIST_OFF}
+$ end
 #define NKC ${NKC}
 #define NUB ${NUB}
 #define UB ${UB}
@@ -124,6 +143,15 @@ $ end
 #define B_STAGE ${B_STAGE}
 typedef ${ctype} T;
 typedef ${otype} OutT;
+$ if LISTED then
+/* Listed input: the third argument holds, per (token, tile), the index of the tile's first pair
+ * in the list; a list pair is (entry, hybrid position of the pair, HPOS_NONE for none). */
+typedef const int* sj_spill_t;
+#define HPOS_NONE 0xffffffffu
+$ else
+/* TwELL: the third argument is the spill, read for a tile whose count exceeds C. */
+typedef const T* sj_spill_t;
+$ end
 
 /* How many pairs token t has in tiles tile0 .. tile1 - 1 (the sum of their counts); none past the
  * last token. With tile0 = 0 it is where tile1's pairs start in the token's list. */
@@ -143,8 +171,18 @@ __device__ __forceinline__ int sj_tile_count(const int* __restrict__ counts, int
  * from the counts alone stay consistent. */
 template <typename Put>
 __device__ __forceinline__ void sj_tile_pairs(const unsigned* __restrict__ entries, const int* __restrict__ counts,
-    const T* __restrict__ spill, int t, int n_tiles, int tile0, int tile1, int F, int a, int b, Put put) {
+    sj_spill_t __restrict__ spill, int t, int n_tiles, int tile0, int tile1, int F, int a, int b, Put put) {
   int idx = 0;
+$ if LISTED then
+  for (int tile = tile0; tile < tile1 && idx < b; tile++) {
+    const int cnt = counts[(size_t)t * n_tiles + tile];
+    if (idx + cnt <= a) { idx += cnt; continue; }
+    const uint2* e = (const uint2*)entries + spill[(size_t)t * n_tiles + tile];
+    const int base = (tile - tile0) * TT;
+    for (int c = 0; c < cnt && idx < b; c++, idx++)
+      if (idx >= a) { const unsigned v = e[c].x; put(idx, base + (int)(v >> 16), (unsigned short)(v & 0xffffu)); }
+  }
+$ else
   for (int tile = tile0; tile < tile1 && idx < b; tile++) {
     const int cnt = counts[(size_t)t * n_tiles + tile];
     if (idx + cnt <= a) { idx += cnt; continue; }
@@ -167,7 +205,50 @@ __device__ __forceinline__ void sj_tile_pairs(const unsigned* __restrict__ entri
         if (idx >= a) put(idx, base, (unsigned short)0);
     }
   }
+$ end
 }
+$ if LISTED then
+
+/* The hybrid position of token t's pair at local row `row` of unit tile ut (its tile's list is in
+ * ascending columns: a binary search): flat, below MW = tokens x W an ELL slot, else MW + a
+ * backup position; HPOS_NONE for an unplaced row's pair. */
+__device__ __forceinline__ unsigned sj_pair_position(const unsigned* __restrict__ entries,
+    const int* __restrict__ counts, sj_spill_t __restrict__ spill, int t, int ut, int row) {
+  const uint2* e = (const uint2*)entries + spill[(size_t)t * NUT + ut];
+  int lo = 0, hi = counts[(size_t)t * NUT + ut] - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if ((int)(e[mid].x >> 16) < row) lo = mid + 1; else hi = mid;
+  }
+  return e[lo].y;
+}
+$   if DX then
+
+/* dh of the pair: dg = dh u (u as the forward stored it) and du = dh a, fp32, to the pair's
+ * position; returns dg (NaN for an unplaced row's pair, which stores nothing). */
+__device__ __forceinline__ float sj_keep_grads(const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    sj_spill_t __restrict__ spill, int t, int ut, int row, float dh, float a, ${KEEP_PARAMS}) {
+  const unsigned pos = sj_pair_position(entries, counts, spill, t, ut, row);
+  if (pos == HPOS_NONE) return __int_as_float(0x7fc00000);
+  const bool ell = pos < (unsigned)MW;
+  const unsigned at = ell ? pos : pos - (unsigned)MW;
+  const float dg = dh * ${to_f32}((T)(ell ? u_values[at] : u_backup[at]));
+  (ell ? dg_values : dg_backup)[at] = dg;
+  (ell ? du_values : du_backup)[at] = dh * a;
+  return dg;
+}
+$   else
+
+/* u of the pair to its hybrid position (nothing for an unplaced row's pair). */
+__device__ __forceinline__ void sj_keep_u(const unsigned* __restrict__ entries, const int* __restrict__ counts,
+    sj_spill_t __restrict__ spill, int t, int ut, int row, float u, ${KEEP_PARAMS}) {
+  const unsigned pos = sj_pair_position(entries, counts, spill, t, ut, row);
+  if (pos == HPOS_NONE) return;
+  const unsigned short bits = ${from_f32}(u);
+  if (pos < (unsigned)MW) u_values[pos] = bits; else u_backup[pos - (unsigned)MW] = bits;
+}
+$   end
+$ end
 ]], env) end
 
 -- ALGO=1's phases.
@@ -353,14 +434,44 @@ local function render_entry(env) return emit.render(here(), [[
 __device__ __forceinline__ unsigned sj_ld_acquire(const unsigned* p) {
   unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
 
+$ if DX then
+/* the hybrid-ffn-dx ABI (templates/hybrid_ffn_dx.lua) and its tail: the workspace, where the list
+ * of the pairs is, then the descriptors of dY, Wd (the up product's), WgT and WuT (the down
+ * product's); the hybrid arrays are read through the list */
+extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
+    const T* __restrict__ dY, const unsigned short* __restrict__ values, const unsigned short* __restrict__ columns,
+    const int* __restrict__ nnz, const int* __restrict__ slot, const unsigned short* __restrict__ backup,
+    ${KEEP_INPUTS}, const T* __restrict__ WgT, const T* __restrict__ WuT, const T* __restrict__ Wd,
+    OutT* __restrict__ Y, ${KEEP_OUTPUTS}, int R, unsigned* work,
+$ elseif LISTED then
+/* the hybrid-ffn-fwd ABI (templates/hybrid_ffn_fwd.lua) and its tail: the workspace, where the
+ * list of the pairs is, then the descriptors; the hybrid arrays are read through the list */
+extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
+    const T* __restrict__ X, const unsigned short* __restrict__ values, const unsigned short* __restrict__ columns,
+    const int* __restrict__ nnz, const int* __restrict__ slot, const unsigned short* __restrict__ backup,
+    const T* __restrict__ WuT, const T* __restrict__ Wd, OutT* __restrict__ Y, ${KEEP_PARAMS}, int R, unsigned* work,
+$ else
 extern "C" __global__ void __launch_bounds__(NTH, 1) ${entry}(
     const T* __restrict__ X, const unsigned* __restrict__ entries, const int* __restrict__ counts,
     const T* __restrict__ spill, const T* __restrict__ WuT, const T* __restrict__ Wd,
+$ end
 $ if ALGO == 2 then
+$   if not LISTED then
     OutT* __restrict__ Y, int M, int D, int F, unsigned* work,
+$   end
     const __grid_constant__ sj_tensor_map tm_x, const __grid_constant__ sj_tensor_map tm_wu,
+$   if DX then
+    const __grid_constant__ sj_tensor_map tm_wd, const __grid_constant__ sj_tensor_map tm_wd2)
+$   else
     const __grid_constant__ sj_tensor_map tm_wd)
+$   end
 {
+$   if LISTED then
+  const int M = ${M}, D = ${D}, F = ${F};
+  const unsigned* entries = work + LIST_OFF;
+  const int* counts = (const int*)(work + CNT_OFF);
+  sj_spill_t spill = (const int*)(work + ST_OFF);
+$   end
   /* X, WuT and Wd arrive through the descriptors; the stages are 1024-byte aligned by hand (TMA
    * swizzles from absolute shared-memory address bits) */
   extern __shared__ __align__(128) unsigned char sj_smem_raw[];
@@ -380,7 +491,9 @@ $ end
   const int item = item_s;
   if (item < NTT * NUT) {
     const int tt = item / NUT, ut = item % NUT;
-$ if ALGO == 2 then
+$ if LISTED then
+    sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu, ${KEEP_ARGS});
+$ elseif ALGO == 2 then
     sj_pairs_up(smem, tt, ut, entries, counts, spill, work, M, D, F, &tm_x, &tm_wu);
 $ else
     sj_pairs_up(smem, tt, ut, X, entries, counts, spill, WuT, plist, M, D, F);
@@ -398,7 +511,9 @@ $ else
 $ end
     if (threadIdx.x == 0) while (sj_ld_acquire(done + tt) < (unsigned)NUT) __nanosleep(256);
     __syncthreads();
-$ if ALGO == 2 then
+$ if DX then
+    sj_pairs_down(smem, tt, cb, &tm_wd, &tm_wd2, work, Y, M, D, F);
+$ elseif ALGO == 2 then
     sj_pairs_down(smem, tt, cb, &tm_wd, work, Y, M, D, F);
 $ else
     sj_pairs_down(smem, tt, cb, counts, Wd, plist, Y, M, D, F);
@@ -425,13 +540,20 @@ function P.render(env)
 end
 
 -- The kernel of ALGO=1 or 2 for problem and cfg (dt, ot: lib/cuda.lua's input and output dtypes).
-function P.generate(problem, cfg, dt, ot)
+-- listed (ALGO=2 only; nil for TwELL input): from lib/hybrid_pairs.lua, the listed kernel's entry
+-- name, its workspace offsets (MW, CNT_OFF, ST_OFF, LIST_OFF), DX, and the per-pair outputs'
+-- parameters (KEEP_PARAMS, their names KEEP_ARGS; for DX also KEEP_INPUTS and KEEP_OUTPUTS, the
+-- same parameters in the ABI's order).
+function P.generate(problem, cfg, dt, ot, listed)
   local g = P.geometry(problem, cfg)
-  local env = { ALGO = cfg.ALGO, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES, CAP = problem.C,
-                UB = P.UB, ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, from_f32 = dt.from_f32,
-                out_f16 = ot.size == 2, opack2 = ot.pack2, ofrom = ot.from_f32 }
+  local env = { ALGO = cfg.ALGO, LISTED = listed ~= nil, DX = false, UT = cfg.UT, SLOTS = cfg.SLOTS, STAGES = cfg.STAGES,
+                CAP = problem.C, UB = P.UB, ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32,
+                from_f32 = dt.from_f32, out_f16 = ot.size == 2, opack2 = ot.pack2, ofrom = ot.from_f32,
+                M = problem.M }
   for k, v in pairs(g) do env[k] = v end
-  env.entry = string.format("sj_twell_ffn_pairs%d_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", cfg.ALGO, problem.dtype,
+  for k, v in pairs(listed or {}) do env[k] = v end
+  env.entry = listed and listed.entry or
+              string.format("sj_twell_ffn_pairs%d_%s_%s_t%dc%d_m%d_d%d_f%d_w%d_u%d_s%d_st%d", cfg.ALGO, problem.dtype,
                             problem.out_dtype, problem.T, problem.C, problem.M, g.D, g.F, cfg.WARPS, cfg.UT,
                             cfg.SLOTS, cfg.STAGES) .. (g.DG > 0 and "_g" .. g.DG or "")
   return {

@@ -35,6 +35,14 @@
 --     32 columns), B = p on one parity (an even and an odd product per m-tile), C = Y^T
 --     accumulated over all of d_ff in registers. Rounds past the first only load more slots (the
 --     stage stays), so any number of pairs costs no extra weight traffic.
+-- Listed input (lib/twell_pairs.lua; the hybrid FFN's forward): the up phase also stores each
+-- pair's u (before the product with h) at its hybrid position (sj_keep_u).
+-- DX (listed, the hybrid FFN's backward through the activations): the up product is
+-- dh = dY[t] . Wd[j] (X = dY, WuT = Wd), the up phase stores dg = dh u and du = dh a at the
+-- pair's hybrid position (sj_keep_grads) and writes the round's slots twice, with dg for unit
+-- tile ut and with du for tile NUT + ut; the down product runs over 2 NUT stages, WgT's rows,
+-- then WuT's (a second descriptor), so dX = sum dg WgT[j] + du WuT[j] in the same accumulators.
+-- The slot regions and counts are per stage (NUB of them).
 -- Workspace (after lib/twell_pairs.lua's counters, from u32 PL_OFF): the pair counts, u32
 -- [ut * NGP + G] for unit tile ut and group G (token / 8), then from SL_OFF the slots, group G
 -- and unit tile ut at (G * NUT + ut) * 8 * UT (8 tokens x UT units is the most a group can
@@ -56,9 +64,9 @@ function M.geometry(g, problem, cfg)
   g.KC, g.GQ, g.NCOL, g.UB, g.BOX, g.WBOX = M.KC, M.GQ, M.NCOL, cfg.UT, M.BOX, M.WBOX
   g.NKC = tw.cdiv(g.D, M.KC)
   g.NCB = tw.cdiv(g.D, M.NCOL)
-  g.NUB = g.NUT
+  g.NUB = g.NUT * (cfg.DX and 2 or 1)                              -- DX: WgT's stages, then WuT's
   g.NGP = g.NTT * g.NTH // 8
-  g.SL_OFF = g.PL_OFF + tw.cdiv(g.NGP * g.NUT, 64) * 64
+  g.SL_OFF = g.PL_OFF + tw.cdiv(g.NGP * g.NUB, 64) * 64
   g.A_STAGE = (cfg.UT + g.NTH) * M.KC * 2
   g.A_BAR = cfg.STAGES * g.A_STAGE + nw * (4 * M.GQ * 4 + 512)    -- after the slot words, placement tables
   g.A_SMEM = g.A_BAR + 8 * cfg.STAGES                               -- + a full barrier per stage
@@ -84,7 +92,23 @@ function M.valid(problem, cfg)
   return true
 end
 
-function M.render(env) return emit.render(here(), [[
+-- The loops over this lane's C fragments of a round whose slot is on the lane's own token (then
+-- the statement that follows it in the text runs on each): the end of the up phase, once, and
+-- for the dx's du slots a second time.
+local OWN_SLOTS = [[#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+      for (int m = 0; m < 4; m++)
+        if (m < mt[q]) {
+#pragma unroll
+          for (int c = 0; c < 4; c++) {
+            const int s = q * GQ + m * 16 + (lane >> 2) + (c >> 1) * 8;
+            const unsigned w = sw[s];
+            if (sj_slot_tok(w) == (unsigned)(2 * (lane & 3) + (c & 1)))]]
+
+function M.render(env)
+  env.OWN_SLOTS = OWN_SLOTS
+  return emit.render(here(), [[
 #define KC ${KC}
 #define BOX ${BOX}
 #define A_BAR ${A_BAR}
@@ -218,8 +242,12 @@ __device__ __forceinline__ sj_u32 sj_sw64(int r, int c) { return (sj_u32)(r * 64
 
 /* Phase A, item (tt, ut). */
 __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut, const unsigned* __restrict__ entries,
-    const int* __restrict__ counts, const T* __restrict__ spill, unsigned* work, int M, int D, int F,
+    const int* __restrict__ counts, sj_spill_t __restrict__ spill, unsigned* work, int M, int D, int F,
+$ if LISTED then
+    const sj_tensor_map* tm_x, const sj_tensor_map* tm_wu, ${KEEP_PARAMS})
+$ else
     const sj_tensor_map* tm_x, const sj_tensor_map* tm_wu)
+$ end
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, tl = lane & 7;
   unsigned char* ring = smem;
@@ -241,6 +269,9 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
   for (int q = 0; q < 4; q++) tot[q] = __shfl_sync(FULL, gtot, 8 * q);
   const int G0 = tt * (NTH / 8) + warp * 4;                                          /* the warp's first group */
   if (tl == 0) work[PL_OFF + ut * NGP + G0 + g] = (unsigned)gtot;
+$ if DX then
+  if (tl == 0) work[PL_OFF + (NUT + ut) * NGP + G0 + g] = (unsigned)gtot;   /* WuT's stage of the tile */
+$ end
   /* A slice is UT WuT rows, then the tile's NTH X rows, KC elements each, in boxes of BOX rows;
    * rows past F or M and columns past D arrive as zeros (and count in the bytes). Slices are
    * numbered across rounds (it), which gives each its stage and barrier phase. */
@@ -314,42 +345,60 @@ __device__ __forceinline__ void sj_pairs_up(unsigned char* smem, int tt, int ut,
       }
     }
     /* C[slot][token]: each slot's product on its own token, times h, rounded to T, replaces h */
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-#pragma unroll
-      for (int m = 0; m < 4; m++)
-        if (m < mt[q]) {
-#pragma unroll
-          for (int c = 0; c < 4; c++) {
-            const int s = q * GQ + m * 16 + (lane >> 2) + (c >> 1) * 8;
-            const unsigned w = sw[s];
-            if (sj_slot_tok(w) == (unsigned)(2 * (lane & 3) + (c & 1))) {
+${OWN_SLOTS} {
+$ if DX then
+              /* dh; dg and du to the pair's hybrid position; the slot takes dg (WgT's stages), acc du */
+              const float a = ${to_f32}((T)(w >> 16));
+              const float dg = sj_keep_grads(entries, counts, spill, tt * NTH + warp * 32 + q * 8 + (int)sj_slot_tok(w), ut,
+                                             sj_slot_row(w), acc[q][m][c], a, ${KEEP_ARGS});
+              sw[s] = ((unsigned)${from_f32}(dg) << 16) | (w & 0xffffu);
+              acc[q][m][c] *= a;
+$ else
               const float p = acc[q][m][c] * ${to_f32}((T)(w >> 16));
               sw[s] = ((unsigned)${from_f32}(p) << 16) | (w & 0xffffu);
+$   if LISTED then
+              /* the backward's u, at the pair's hybrid position */
+              sj_keep_u(entries, counts, spill, tt * NTH + warp * 32 + q * 8 + (int)sj_slot_tok(w), ut, sj_slot_row(w),
+                        acc[q][m][c], ${KEEP_ARGS});
+$   end
+$ end
             }
           }
         }
+$ for half = 0, DX and 1 or 0 do
+$   if half == 1 then
+    __syncwarp();                                     /* the copies above have read the dg slots */
+    /* WuT's stages: the same slots with du */
+${OWN_SLOTS}
+              sw[s] = ((unsigned)${from_f32}(acc[q][m][c]) << 16) | (w & 0xffffu);
+          }
+        }
+$   end
     __syncwarp();
     /* the round's slots (np of each group) to the workspace: half a warp per group, 16 bytes a lane */
 #pragma unroll
     for (int q2 = 0; q2 < 4; q2 += 2) {
       const int q = q2 + (lane >> 4), s = 4 * (lane & 15), n_q = (lane >> 4) ? tot[q2 + 1] : tot[q2];
       if (s < ((max(0, min(GQ, n_q - lo)) + 15) & ~15))
-        *(uint4*)(work + SL_OFF + ((size_t)(G0 + q) * NUT + ut) * (8 * UT) + lo + s) = *(const uint4*)(sw + q * GQ + s);
+        *(uint4*)(work + SL_OFF + ((size_t)(G0 + q) * NUB + ${half == 1 and "NUT + " or ""}ut) * (8 * UT) + lo + s) = *(const uint4*)(sw + q * GQ + s);
     }
+$ end
     __syncthreads();                                  /* the slots and the ring are free again */
   }
 }
 
 /* Phase B, item (tt, cb). */
 __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int cb, const sj_tensor_map* tm_wd,
+$ if DX then
+    const sj_tensor_map* tm_wd2,
+$ end
     const unsigned* work, OutT* __restrict__ Y, int M, int D, int F)
 {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   unsigned* swb = (unsigned*)(smem + 2 * B_STAGE) + warp * 2 * 4 * GQ;               /* [2][4][GQ] */
   const sj_u32 full = sj_smem_addr(smem + B_BAR);     /* full[s]: stage s's Wd rows landed (TMA bytes) */
   const int c0 = cb * NCOL, G0 = tt * (NTH / 8) + warp * 4;
-  const unsigned* slots = work + SL_OFF + (size_t)G0 * NUT * (8 * UT);              /* group q: + q * NUT * 8 * UT */
+  const unsigned* slots = work + SL_OFF + (size_t)G0 * NUB * (8 * UT);              /* group q: + q * NUB * 8 * UT */
   if (tid == 0) {
     sj_mbar_init(full, 1);
     sj_mbar_init(full + 8, 1);
@@ -362,8 +411,15 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
     if (tid != 0) return;
     const sj_u32 st = sj_smem_addr(smem + stage * B_STAGE), bar = full + 8 * stage;
     sj_mbar_expect_tx(bar, B_STAGE);
+$ if DX then
+    const sj_tensor_map* tm = ub < NUT ? tm_wd : tm_wd2;   /* WgT's rows, then WuT's */
+    const int row0 = (ub < NUT ? ub : ub - NUT) * UB;
+#pragma unroll
+    for (int i = 0; i < UB / WBOX; i++) sj_tma_load_2d(st + i * WBOX * NCOL * 2, tm, c0, row0 + i * WBOX, bar);
+$ else
 #pragma unroll
     for (int i = 0; i < UB / WBOX; i++) sj_tma_load_2d(st + i * WBOX * NCOL * 2, tm_wd, c0, ub * UB + i * WBOX, bar);
+$ end
   };
   /* a stage's first round of slots, given its counts c (16 bytes per lane and step) */
   auto load_slots = [&](int ub, int stage, const uint4 c) {
@@ -372,7 +428,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
       const int q = q2 + (lane >> 4), s = 4 * (lane & 15);
       const int n_q = (int)((lane >> 4) ? (q2 ? c.w : c.y) : (q2 ? c.z : c.x));
       if (s < ((min(GQ, n_q) + 15) & ~15))
-        sj_cp_async16(sj_smem_addr(swb + stage * 4 * GQ + q * GQ + s), slots + ((size_t)q * NUT + ub) * (8 * UT) + s, 16);
+        sj_cp_async16(sj_smem_addr(swb + stage * 4 * GQ + q * GQ + s), slots + ((size_t)q * NUB + ub) * (8 * UT) + s, 16);
     }
   };
   float acc[4][4][4];
@@ -419,7 +475,7 @@ __device__ __forceinline__ void sj_pairs_down(unsigned char* smem, int tt, int c
         for (int q2 = 0; q2 < 4; q2 += 2) {
           const int q = q2 + (lane >> 4), s = 4 * (lane & 15), n_q = (lane >> 4) ? tot[q2 + 1] : tot[q2];
           if (s < ((max(0, min(GQ, n_q - lo)) + 15) & ~15))
-            *(uint4*)(sw + q * GQ + s) = __ldcg((const uint4*)(slots + ((size_t)q * NUT + ub) * (8 * UT) + lo + s));
+            *(uint4*)(sw + q * GQ + s) = __ldcg((const uint4*)(slots + ((size_t)q * NUB + ub) * (8 * UT) + lo + s));
         }
         __syncwarp();
       }
