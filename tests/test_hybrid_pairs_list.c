@@ -297,6 +297,13 @@ static void test_variant_geometry_and_refusals(void **state)
         SJ_ASSERT_OK(sj_generate(hopper, &p, NULL, &g));
         assert_int_equal(tu_config_value(g->config, "ALGO"), 0);
         sj_generated_free(g);
+        /* "ALGO=2" alone: the default's SPLIT belongs to the rows, so the rest comes from the
+         * tuner's ALGO=2 candidate (sj_set_config's rule) */
+        SJ_ASSERT_OK(sj_generate(hopper, &p, "ALGO=2", &g));
+        assert_int_equal(tu_config_value(g->config, "ALGO"), 2);
+        assert_int_equal(tu_config_value(g->config, "SPLIT"), 0);
+        assert_int_equal(tu_config_value(g->config, "WARPS"), 16);
+        sj_generated_free(g);
         tu_expect_refused(ampere, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3", "needs sm_90a");
         tu_expect_refused(hopper, &p, "ALGO=2,WARPS=16,UT=512,STAGES=3,SPLIT=4", "ALGO=2 takes SPLIT=0");
         tu_expect_refused(hopper, &p, "ALGO=0,WARPS=8", "ALGO=0 takes WARPS=16");
