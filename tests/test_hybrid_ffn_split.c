@@ -1,7 +1,7 @@
 /* test_hybrid_ffn_split.c: the L2-blocked configs of hybrid-ffn-fwd and hybrid-ffn-dx
- * (lib/hybrid_rows.lua's SPLIT and STAGE) on the CPU: the default is the L2-blocked pair where the
- * shape allows it (fwd SPLIT=4, dx SPLIT=8) and the one kernel per token elsewhere, the tuning
- * space never offers STAGE=1 (the op launches it), the two kernels' geometry (SPLIT x
+ * (lib/hybrid_rows.lua's SPLIT and STAGE) on the CPU: the default stays the one kernel per token
+ * while the tuner tries the L2-blocked pair first where the shape allows it (fwd SPLIT=4, dx
+ * SPLIT=8), the tuning space never offers STAGE=1 (the op launches it), the two kernels' geometry (SPLIT x
  * tokens CTAs; the slice kernel's block a warp multiple covering its slice), and the refusals of
  * what does not divide, each naming the bound, and the tuner's first candidates. The kernels' numerics are checked on a GPU by
  * tests/test_hybrid_ffn_gpu.c; their compilation and SASS by test_op_table's walk. */
@@ -47,24 +47,17 @@ static sj_generated *generate(const sj_problem *p, const char *config)
     return g;
 }
 
-static void test_default_is_l2_blocked_where_it_fits(void **state)
+static void test_default_is_one_kernel_per_token(void **state)
 {
     (void)state;
     const sj_op ops[] = { SJ_OP_HYBRID_FFN_FWD, SJ_OP_HYBRID_FFN_DX };
     const char *templates[] = { "hybrid_ffn_fwd", "hybrid_ffn_dx" };
-    const int splits[] = { 4, 8 };
     for (int i = 0; i < 2; i++) {
         sj_problem p = ffn(ops[i], 8192, 4096, 11008, 128);
         sj_generated *g = generate(&p, NULL);
-        assert_int_equal(tu_config_value(g->config, "SPLIT"), splits[i]);
-        assert_int_equal(tu_config_value(g->config, "STAGE"), 0);
-        assert_int_equal(g->grid[0], splits[i] * 8192);
-        sj_generated_free(g);
-        /* d_ff 500 makes no range of 128 units at either SPLIT: one kernel per token */
-        sj_problem small = ffn(ops[i], 64, 4096, 500, 64);
-        g = generate(&small, NULL);
         assert_int_equal(tu_config_value(g->config, "SPLIT"), 0);
-        assert_int_equal(g->grid[0], 64);
+        assert_int_equal(tu_config_value(g->config, "STAGE"), 0);
+        assert_int_equal(g->grid[0], 8192);
         sj_generated_free(g);
         gen_state *gs;
         SJ_ASSERT_OK(rt_generator(ctx, &gs));
@@ -109,8 +102,9 @@ static void test_geometry(void **state)
     sj_generated_free(g);
 }
 
-/* The tuner's first candidates: the default (SPLIT fwd 4, dx 8 where it fits), then the per-token
- * kernel of the same tile; a d_ff too small for any range leaves the per-token default alone. */
+/* The tuner's first candidates: the L2-blocked form (SPLIT fwd 4, dx 8) where it fits, then the
+ * per-token kernel of the same tile, then ALGO=2 on sm_90a; a d_ff too small for any range leaves
+ * the per-token kernel and ALGO=2. */
 static void test_variants(void **state)
 {
     (void)state;
@@ -159,7 +153,7 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_default_is_l2_blocked_where_it_fits),
+        cmocka_unit_test(test_default_is_one_kernel_per_token),
         cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_refusals),

@@ -208,21 +208,22 @@ static void test_dw_configs(void **state)
     uint64_t rng = tu_seed();
     /* 333 columns: 42 groups of 8, 48 padded; 565: 71 groups, 80 padded (for BG=64) */
     static const struct { const char *config; int64_t cols; } cfgs[] = {
-        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0", 333 },    /* the smallest tile, 64-byte rows' swizzle */
-        { "BM=128,BG=32,BK=64,WM=64,WN=64,STAGES=4,WG=0", 333 },  /* the largest warp tiles */
-        { "BM=64,BG=16,BK=32,WM=16,WN=32,STAGES=3,WG=0", 333 },   /* 8 warps */
-        { "BM=32,BG=32,BK=64,WM=32,WN=16,STAGES=2,WG=0", 333 },   /* BG past the padded groups' multiple */
-        { "BM=128,BG=64,BK=64,WM=64,WN=64,STAGES=3,WG=0", 565 },  /* 256 gathered columns */
-        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0,GROUP_M=8", 333 }, /* grouped raster: 19 row tiles, 8 + 8 + 3 */
-        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=1", 333 },    /* wgmma: one warpgroup, n32 */
-        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1", 333 }, /* two warpgroups, n128 */
-        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1", 565 }, /* n256, BG past the padded groups */
-        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,GROUP_M=2", 565 }, /* 3 row tiles in groups of 2 + 1 */
-        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,TMA=1", 565 },  /* dY by TMA: rows past M, tokens past K */
+        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0,GROUP_M=0,TMA=0", 333 },    /* the smallest tile, 64-byte rows' swizzle */
+        { "BM=128,BG=32,BK=64,WM=64,WN=64,STAGES=4,WG=0,GROUP_M=0,TMA=0", 333 },  /* the largest warp tiles */
+        { "BM=64,BG=16,BK=32,WM=16,WN=32,STAGES=3,WG=0,GROUP_M=0,TMA=0", 333 },   /* 8 warps */
+        { "BM=32,BG=32,BK=64,WM=32,WN=16,STAGES=2,WG=0,GROUP_M=0,TMA=0", 333 },   /* BG past the padded groups' multiple */
+        { "BM=128,BG=64,BK=64,WM=64,WN=64,STAGES=3,WG=0,GROUP_M=0,TMA=0", 565 },  /* 256 gathered columns */
+        { "BM=16,BG=8,BK=32,WM=16,WN=16,STAGES=2,WG=0,GROUP_M=8,TMA=0", 333 }, /* grouped raster: 19 row tiles, 8 + 8 + 3 */
+        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=1,GROUP_M=0,TMA=0", 333 },    /* wgmma: one warpgroup, n32 */
+        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=1,GROUP_M=0,TMA=0", 333 }, /* two warpgroups, n128 */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,GROUP_M=0,TMA=0", 565 }, /* n256, BG past the padded groups */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,GROUP_M=2,TMA=0", 565 }, /* 3 row tiles in groups of 2 + 1 */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=3,WG=1,TMA=1,GROUP_M=0", 565 },  /* dY by TMA: rows past M, tokens past K */
         { "BM=64,BG=32,BK=64,WM=64,WN=128,STAGES=2,WG=1,TMA=1,GROUP_M=2", 333 }, /* one box a stage, 2 stages */
-        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=2", 333 },    /* producer + one consumer, LAG 0 */
-        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=2", 333 }, /* two consumers, LAG 2 */
-        { "BM=64,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=2", 565 },  /* n256 */
+        { "BM=128,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=1,TMA=1,GROUP_M=16", 565 }, /* the sm_90a default's tile */
+        { "BM=64,BG=8,BK=64,WM=64,WN=32,STAGES=2,WG=2,GROUP_M=0,TMA=0", 333 },    /* producer + one consumer, LAG 0 */
+        { "BM=128,BG=32,BK=64,WM=64,WN=128,STAGES=4,WG=2,GROUP_M=0,TMA=0", 333 }, /* two consumers, LAG 2 */
+        { "BM=64,BG=64,BK=64,WM=64,WN=256,STAGES=4,WG=2,GROUP_M=0,TMA=0", 565 },  /* n256 */
     };
     const size_t n = has_wgmma(ctx) ? sizeof cfgs / sizeof *cfgs : 6;
     for (size_t i = 0; i < n; i++) {

@@ -98,9 +98,10 @@ end
 function R.space(problem) return { THREADS = { 128, 256, 512 }, B = { 4, 8, 16 }, SPLIT = { 0, 4, 8, 16 }, STAGE = { 0 } } end
 
 -- Two 16-byte pieces per thread (d_model 2048: 128 threads, 4096: 256), 8 units a batch, and the
--- L2-blocked pair of kernels at `split` (fwd 4, dx 8: the per-pass working sets bench/NOTES.md
--- counts) where the shape allows it (H100, 2026-12-07, 8192 tokens, 4096 / 11008, bf16, 99%:
--- fwd 2433 us against the per-token kernel's 5125, dx 3521 against 7880; bench/RESULTS.md).
+-- L2-blocked pair of kernels at `split` (0: none; fwd 4, dx 8: the per-pass working sets
+-- bench/NOTES.md counts) where the shape allows it (H100, 2026-12-07, 8192 tokens, 4096 / 11008,
+-- bf16, 99%: fwd 2433 us against the per-token kernel's 5125, dx 3521 against 7880;
+-- bench/RESULTS.md).
 function R.default(problem, split, op)
   local t = math.min(512, math.max(128, tw.pow2_at_least(math.max(1, problem.N // 16))))
   local cfg = { THREADS = t, B = 8, SPLIT = split, STAGE = 0 }
