@@ -23,7 +23,9 @@ static void help(void)
            "benchmark of several kernels, and the dense work it replaces, interleaved over rounds; prints\n"
            "time, TFLOP/s of useful work (the tuner's count) and the speedup over the dense baseline.\n\n%s"
            "  --config C         force a tuning config (e.g. BM=128,BN=128); for a benchmark, of its\n"
-           "                     problem's op (twell-ffn-block: the FFN's; vnm-train*, ffn-train: dW's)\n"
+           "                     problem's op (twell-ffn-block: the FFN's; vnm-train*, ffn-train: dW's);\n"
+           "                     parameters it leaves out come from the default, or from the first of\n"
+           "                     the template's preferred configs it is valid with\n"
            "  --rounds N         interleaved rounds of op and baseline timing, 1..100 (default 5)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
            "  --no-cublas        skip the baseline\n" CLI_DEVICE_HELP

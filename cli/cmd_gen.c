@@ -22,7 +22,8 @@ int cmd_gen(int argc, char **argv)
         if (!strcmp(argv[i], "--help")) {
             printf("usage: sparsejit gen --op OP --shape MxNxK [options]\n\nPrints the CUDA C the op's template generates, "
                    "with its launch geometry as a leading comment.\n\n%s"
-                   "  --config C         tuning config, e.g. BM=128,BN=128 (default: the template's)\n"
+                   "  --config C         tuning config, e.g. BM=128,BN=128 (default: the template's; the\n"
+                   "                     rest of a partial one as for bench --config)\n"
                    "  --arch sm_XX       compile for this arch (default: the GPU's, else sm_90a)\n"
                    "  --cubin FILE       also compile with NVRTC and write the cubin to FILE\n" CLI_DEVICE_HELP
                    "                     (gen compiles for its arch)\n",
