@@ -1,6 +1,6 @@
 -- vnm_dx.lua: the exact input gradient of a V:N:M layer, dX = W^T . dY, straight from W's
 -- compressed form on dense tensor cores (issue 33; a candidate beside sj_vnm_dx_exact's dense
--- W^T + gemm, not the default anywhere: it has not run on a GPU). problem.M = rows of W (out),
+-- W^T + gemm, not the default anywhere: 4x slower than it on the H100, bench/RESULTS.md). problem.M = rows of W (out),
 -- problem.N = columns of W (in), problem.K = tokens; dY is M x K and dX is N x K, row-major
 -- (tokens contiguous), K a multiple of 8; fp32 accumulation; every element of dX is written
 -- (out_dtype f16, bf16 or f32; 0 where no row block selects a column). The reference is
@@ -107,8 +107,8 @@ local function tile(BG, BN, BK, STAGES)
   return { BG = BG, BN = BN, BK = BK, WM = WM, WN = WN, STAGES = STAGES }
 end
 
--- Not measured (the op has not run on a GPU): the largest tile the shared memory holds, aiming
--- at 256 rows of dX (fewer column tiles re-read dY) with at most 128 compact rows, 128 tokens
+-- The largest tile the shared memory holds (H100, 2026-12-07: 7107 us at 11008 x 4096 x 8192 2:8,
+-- one CTA an SM at 12.5% occupancy, latency-bound: bench/NOTES.md), aiming at 256 rows of dX (fewer column tiles re-read dY) with at most 128 compact rows, 128 tokens
 -- (fewer token tiles re-read W), 32-row stages, 3 deep.
 local function default(problem)
   local ok, why = problem_ok(problem)

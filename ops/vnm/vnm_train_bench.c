@@ -11,7 +11,7 @@
  *                                W^T (vnm-transpose) and then runs the dense gemm on it at every
  *                                call: both timed, as an exact step must redo W^T after an update;
  *                                vnm-train-sparse-dx: sj_vnm_dx, the exact dX straight from W's
- *                                compressed form (vnm-dx, a candidate not yet run on a GPU);
+ *                                compressed form (vnm-dx, a candidate: slower than the exact path so far);
  *   dW       dY . X^T at W's kept slots, sj_vnm_dw into W's value layout;
  * against the dense step: three cuBLAS GEMMs of the same shapes (forward out x T over in, dX
  * in x T over out, dW out x in over T). It takes the vnm-dw problem (rows of W x cols of W x
