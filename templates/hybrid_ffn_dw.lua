@@ -4,7 +4,8 @@
 --   dWgT[j] = sum_t dg X[t],  dWuT[j] = sum_t du X[t],  dWd[j] = sum_t (a u) dY[t].
 -- The tokens of each unit come from the transpose of the hybrid matrix
 -- (templates/hybrid_transpose.lua: start[j] .. start[j + 1] in list, ascending tokens, each entry
--- a pair's position), so each output element is one fp32 sum in token order: deterministic.
+-- a pair's position, decoded by lib/hybrid_list_pair.lua), so each output element is one fp32 sum
+-- in token order: deterministic.
 --
 -- CUDA cores, no MMA (docs/training.md says why): one CTA per block of UB units and a d_model
 -- slice of THREADS x 8 x VPT columns; thread i owns 8 VPT of those columns of the three gradient
@@ -15,21 +16,32 @@
 -- tokens x 1024 columns x 2 matrices = 32 MB at the default slice). An incomplete matrix (counter
 -- > R) gets NaN gradients.
 --
+-- BUSY > 0 (not the default; written without a GPU): the busiest units go to dense tensor-core
+-- GEMMs instead. ops/hybrid/hybrid_dw_launch.c selects up to BUSY units whose token count is at
+-- least ceil(M / 64) (hybrid-transpose's stages 4-6, lib/hybrid_busy.lua, write slot_of), runs
+-- the two GEMMs and copies their rows out; this kernel then skips every unit with slot_of[j] >= 0
+-- and takes slot_of as one more argument. BUSY = 0 generates the kernel it always did.
+--
 -- Problem: op "hybrid-ffn-dw", M = tokens, N = K = d_model, DFF = d_ff, T = DFF, C = W,
 -- out_dtype = the gradients'.
 -- Kernel ABI: (const T* X, const T* dY, const unsigned short* values, const int* owner,
 --              const unsigned short* backup, const int* counter, const unsigned short* u_values,
 --              const unsigned short* u_backup, const float* dg_values, const float* dg_backup,
 --              const float* du_values, const float* du_backup, const int* start,
---              const unsigned* list, OutT* dWgT, OutT* dWuT, OutT* dWd, int R);
+--              const unsigned* list, OutT* dWgT, OutT* dWuT, OutT* dWd, int R, const int* slot_of);
 -- X, dY M x D; dWgT, dWuT, dWd DFF x D; row-major, D % 8 == 0; the hybrid arrays as hybrid-gate
 -- wrote them (R backup rows), u_* as hybrid-ffn-fwd and dg_*, du_* as hybrid-ffn-dx wrote them;
--- start (DFF + 1) and list as hybrid-transpose built them.
+-- start (DFF + 1) and list as hybrid-transpose built them; slot_of (DFF) only BUSY > 0 reads
+-- (its kernel leaves the rows of units with slot_of[j] >= 0 unwritten); BUSY = 0's kernel takes
+-- the first 18.
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
+local pair = require "lib.hybrid_list_pair"
 
-local PARAMS = { "THREADS", "VPT", "UB", "PF" }
+local PARAMS = { "THREADS", "VPT", "UB", "PF", "BUSY" }
+-- The capacities of the busy units' GEMMs (BUSY > 0): rows of their dense coefficient matrices.
+local BUSY_CAPACITIES = { 0, 128, 256, 512 }
 
 local function slice(cfg) return cfg.THREADS * 8 * cfg.VPT end
 
@@ -45,6 +57,12 @@ local function valid(problem, cfg)
   if not tw.member({ 1, 2 }, cfg.VPT) then return false, "VPT=" .. cfg.VPT .. " must be 1 or 2" end
   if not tw.member({ 1, 2, 4, 8 }, cfg.UB) then return false, "UB=" .. cfg.UB .. " must be 1, 2, 4 or 8" end
   if not tw.member({ 1, 2, 4 }, cfg.PF) then return false, "PF=" .. cfg.PF .. " must be 1, 2 or 4" end
+  if not tw.member(BUSY_CAPACITIES, cfg.BUSY) then
+    return false, "BUSY=" .. cfg.BUSY .. " must be 0 (every unit on CUDA cores), 128, 256 or 512 (busy units on tensor cores)"
+  end
+  if cfg.BUSY > problem.DFF then
+    return false, string.format("BUSY=%d: more busy-unit slots than d_ff %d has units", cfg.BUSY, problem.DFF)
+  end
   if slice(cfg) > math.max(256, tw.pow2_at_least(problem.N)) then
     return false, string.format("a slice of %d columns (THREADS x 8 x VPT) is wider than d_model %d needs", slice(cfg),
                                 problem.N)
@@ -52,13 +70,16 @@ local function valid(problem, cfg)
   return true
 end
 
-local function space(problem) return { THREADS = { 32, 64, 128, 256 }, VPT = { 1, 2 }, UB = { 1, 2, 4, 8 }, PF = { 1, 2, 4 } } end
+local function space(problem)
+  return { THREADS = { 32, 64, 128, 256 }, VPT = { 1, 2 }, UB = { 1, 2, 4, 8 }, PF = { 1, 2, 4 }, BUSY = BUSY_CAPACITIES }
+end
 
 -- One 16-byte piece a thread, slices of up to 1024 columns (so a slice of X and dY stays in L2),
--- 4 units a CTA, 4 tokens in flight: not measured (written without a GPU).
+-- 4 units a CTA, 4 tokens in flight: not measured (written without a GPU). Every unit on CUDA
+-- cores (BUSY = 0) until the busy units' GEMMs have run on a GPU.
 local function default(problem)
   local t = math.min(128, math.max(32, tw.pow2_at_least(tw.cdiv(problem.N, 8))))
-  return { THREADS = t, VPT = 1, UB = 4, PF = 4 }
+  return { THREADS = t, VPT = 1, UB = 4, PF = 4, BUSY = 0 }
 end
 
 local function density(problem) return problem.SPARSITY > 0 and 1 - problem.SPARSITY or 0.01 end
@@ -81,8 +102,12 @@ local function generate(problem, cfg)
     THREADS = cfg.THREADS, VPT = cfg.VPT, UB = cfg.UB, PF = cfg.PF, CS = slice(cfg),
     ctype = dt.ctype, otype = ot.ctype, to_f32 = dt.to_f32, out_from_f32 = ot.from_f32,
   }
-  env.entry = string.format("sj_hybrid_ffn_dw_%s_%s_m%d_d%d_f%d_w%d_t%d_v%d_u%d_p%d", problem.dtype, problem.out_dtype,
-                            env.M, env.D, env.F, env.W, cfg.THREADS, cfg.VPT, cfg.UB, cfg.PF)
+  env.BUSY = cfg.BUSY
+  env.slot_arg = cfg.BUSY > 0 and ", const int* __restrict__ slot_of" or ""
+  env.pair_struct = pair.STRUCT
+  env.entry = string.format("sj_hybrid_ffn_dw_%s_%s_m%d_d%d_f%d_w%d_t%d_v%d_u%d_p%d%s", problem.dtype, problem.out_dtype,
+                            env.M, env.D, env.F, env.W, cfg.THREADS, cfg.VPT, cfg.UB, cfg.PF,
+                            cfg.BUSY > 0 and string.format("_b%d", cfg.BUSY) or "")
   local src = emit.render(here(), [[
 /* prelude */ ${prelude}
 #define D ${D}
@@ -97,9 +122,7 @@ local function generate(problem, cfg)
 typedef ${ctype} T;
 typedef ${otype} OutT;
 
-/* One pair of the unit being summed: its token and its three coefficients. */
-struct sj_pair { int t; float dg, du, h; };
-
+${pair_struct}
 /* The eight 16-bit elements of q as floats. */
 __device__ __forceinline__ void sj_unpack8(const uint4 q, float f[8]) {
   const sj_u32 w[4] = { q.x, q.y, q.z, q.w };
@@ -116,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ${entry}(
     const unsigned short* __restrict__ u_values, const unsigned short* __restrict__ u_backup,
     const float* __restrict__ dg_values, const float* __restrict__ dg_backup, const float* __restrict__ du_values,
     const float* __restrict__ du_backup, const int* __restrict__ start, const unsigned* __restrict__ list,
-    OutT* __restrict__ dWgT, OutT* __restrict__ dWuT, OutT* __restrict__ dWd, int R)
+    OutT* __restrict__ dWgT, OutT* __restrict__ dWuT, OutT* __restrict__ dWd, int R${slot_arg})
 {
   __shared__ sj_pair chunk[THREADS];
   const int tid = threadIdx.x;
@@ -124,6 +147,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) ${entry}(
   for (int u = 0; u < UB; u++) {
     const int j = blockIdx.x * UB + u;
     if (j >= F) break;
+$ if BUSY > 0 then
+    if (slot_of[j] >= 0) continue;   /* a busy unit: its rows come from the GEMMs */
+$ end
     float ag[VPT][8], au[VPT][8], ad[VPT][8];
 #pragma unroll
     for (int k = 0; k < VPT; k++)
@@ -135,23 +161,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ${entry}(
       __syncthreads();   /* the previous chunk is done */
       if (tid < n) {
         const unsigned i = list[c0 + tid];
-        sj_pair p;
-        unsigned short a, uu;
-        if (i < ELL) {
-          p.t = (int)(i / W);
-          a = values[i];
-          uu = u_values[i];
-          p.dg = dg_values[i];
-          p.du = du_values[i];
-        } else {
-          const unsigned q = i - ELL;
-          p.t = owner[q / F];
-          a = backup[q];
-          uu = u_backup[q];
-          p.dg = dg_backup[q];
-          p.du = du_backup[q];
-        }
-        p.h = ${to_f32}((T)a) * ${to_f32}((T)uu);
+]], env) .. pair.decode(env) .. emit.render(here(), [[
         chunk[tid] = p;
       }
       __syncthreads();

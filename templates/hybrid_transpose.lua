@@ -8,6 +8,9 @@
 --   2 scan   (one block) the exclusive prefix sum of the counts in place, start[F] = the pairs;
 --   3 fill   every active pair writes its position (below) at start[j] + wpre + the popcount of
 --            its bitmap word below bit t: its rank among unit j's tokens.
+-- and, for hybrid-ffn-dw's BUSY > 0 configs only, stages 4-6 around its dense GEMMs
+-- (lib/hybrid_busy.lua): select the busy units, scatter their lists into dense coefficient
+-- rows, copy the GEMMs' rows out to the gradients.
 -- So each unit's list is in ascending token order, decided by counting, not by which atomic won:
 -- the gradients summed over it are deterministic. A pair's position is its ELL slot t * W + i, or
 -- M * W + s * F + j for backup row s (owner t); the pairs are the first min(nnz[t], W) ELL slots
@@ -21,9 +24,11 @@
 --          const int* start, unsigned* list, int R)
 --   1:    (const unsigned* bits, int* wpre, int* start)
 --   2:    (int* start)
+--   4-6:  lib/hybrid_busy.lua's header
 local emit = require "lib.emit"
 local cuda = require "lib.cuda"
 local tw = require "lib.twell_common"
+local busy = require "lib.hybrid_busy"
 
 local PARAMS = { "STAGE" }
 local THREADS = 256
@@ -32,7 +37,9 @@ local SCAN_THREADS = 1024
 local function valid(problem, cfg)
   local ok, why = tw.check_hybrid(problem, "hybrid-transpose", PARAMS, cfg, "N")
   if not ok then return false, why end
-  if cfg.STAGE < 0 or cfg.STAGE > 3 then return false, "STAGE=" .. cfg.STAGE .. " must be 0..3" end
+  if cfg.STAGE < 0 or cfg.STAGE > busy.LAST_STAGE then
+    return false, "STAGE=" .. cfg.STAGE .. " must be 0..3 (the transpose) or 4..6 (hybrid-ffn-dw's busy units)"
+  end
   return true
 end
 
@@ -131,8 +138,13 @@ local function generate(problem, cfg)
   else grid = 8 * math.max(1, problem.SMS or 132) end
   local env = {
     prelude = cuda.prelude(problem.dtype), M = problem.M, F = problem.N, W = problem.C, TW = tw.cdiv(problem.M, 32),
-    THREADS = threads, args = ARGS[stage], body = BODY[stage],
+    THREADS = threads, args = ARGS[stage], body = BODY[stage], head = false,
   }
+  if stage >= busy.FIRST_STAGE then
+    local b = busy.stage(stage, cuda.dtype(problem.dtype), math.max(1, problem.SMS or 132))
+    env.THREADS, env.args, env.body, env.head, grid = b.threads, b.args, b.body, b.head, b.grid
+    threads = b.threads
+  end
   env.entry = string.format("sj_hybrid_transpose_s%d_m%d_f%d_w%d", stage, problem.M, problem.N, problem.C)
   local src = emit.render(here(), [[
 /* prelude */ ${prelude}
@@ -141,6 +153,9 @@ local function generate(problem, cfg)
 #define W ${W}
 #define TW ${TW}
 #define THREADS ${THREADS}
+$ if head then
+${head}
+$ end
 
 __device__ __forceinline__ bool sj_hybrid_nz(unsigned short bits) { return (bits & 0x7fffu) != 0; }
 
@@ -156,7 +171,7 @@ return {
   name = "hybrid_transpose",
   op = "hybrid-transpose",
   params = PARAMS,
-  space = function(problem) return { STAGE = { 0, 1, 2, 3 } } end,
+  space = function(problem) return { STAGE = { 0, 1, 2, 3, 4, 5, 6 } } end,
   valid = valid,
   default = default,
   generate = generate,

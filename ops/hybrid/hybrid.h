@@ -79,11 +79,37 @@ typedef struct hybrid_dw_ws {
 } hybrid_dw_ws;
 void hybrid_dw_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, hybrid_dw_ws *out);
 
+/* hybrid-ffn-dw's busy units (BUSY > 0 configs, templates/lib/hybrid_busy.lua; hybrid_dw_busy.c):
+ * a unit is busy when at least hybrid_dw_busy_threshold(tokens) = ceil(tokens / 64) tokens are
+ * active at it; the first `capacity` (= BUSY) busy units in ascending order get slots 0, 1, ...,
+ * the others (busy ones past the capacity too) stay on CUDA cores. */
+int64_t hybrid_dw_busy_threshold(int64_t tokens);
+/* The selection on the host, as the device's stage 4 writes it from the same counts (d_ff token
+ * counts): slot_of[j] (d_ff: the slot or -1), unit_of[s] (capacity + 1: the slot's unit, -1
+ * past the count, then the count). */
+void hybrid_dw_busy_select_host(const int64_t *counts, int64_t d_ff, int64_t tokens, int capacity, int32_t *slot_of,
+                                int32_t *unit_of);
+/* The busy units' buffers, byte offsets from one 16-byte aligned base: slot_of (d_ff ints),
+ * unit_of (capacity + 1 ints), A (a_bytes: 3 capacity rows of tokens in the input dtype, rows s,
+ * capacity + s and 2 capacity + s slot s's dg, du and a u; zero where the unit's token is
+ * inactive) and C (3 capacity rows of d_model in the gradients' dtype: A . X for the first 2
+ * capacity, A . dY for the last capacity), and the total. Pure arithmetic. */
+typedef struct hybrid_dw_busy_ws {
+    size_t slot_of, unit_of, a, a_bytes, c, total;
+} hybrid_dw_busy_ws;
+void hybrid_dw_busy_plan(int64_t tokens, int64_t d_ff, int64_t d_model, int capacity, size_t in_size, size_t out_size,
+                         hybrid_dw_busy_ws *out);
+
 /* The transpose of H into workspace (the hybrid-transpose stages, plan w), then the hybrid-ffn-dw
- * kernel k with its ABI: the entry point and the harness share it. */
+ * kernel k with its ABI: the entry point and the harness share it. A BUSY > 0 config also selects
+ * the busy units, scatters their coefficients, runs the two GEMMs (the gemm op's kernels for the
+ * shapes: rt_kernel_for) and copies their rows out, in busy (hybrid_dw_busy_plan at k's BUSY; 0:
+ * the context's scratch, zeroed again after the copy, so two such launches on one context must
+ * not overlap). */
 sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, sj_devptr dY,
                                const sj_hybrid_device *H, const hybrid_saved_u *u, const hybrid_grads *g,
-                               const hybrid_weight_grads *out, sj_devptr workspace, const hybrid_dw_ws *w, void *stream);
+                               const hybrid_weight_grads *out, sj_devptr workspace, const hybrid_dw_ws *w,
+                               sj_devptr busy, void *stream);
 
 /* The memory accounting of the ffn-train benchmark (hybrid_train_bench.c; docs/training.md):
  * the bytes of activations a training step over hybrid activations keeps for its backward, H's

@@ -3,7 +3,8 @@
  * problem's sparsity and skew), built into the hybrid format on the host with a backup that holds
  * every overflow row, dY, and the per-pair values u (16-bit), dg and du (fp32) drawn at a's
  * positions (hybrid_inputs.h). A launch is the op's: the transpose stages into the harness's
- * workspace, then the kernel. The output checked is dWgT, dWuT and dWd one after the other
+ * workspace, then the kernel (with a BUSY > 0 config also the busy units' stages and GEMMs, in the
+ * context's scratch). The output checked is dWgT, dWuT and dWd one after the other
  * (3 d_ff rows of d_model) against an fp64 host sum over each checked unit's tokens, found by a
  * host transpose of a, sharing no code with the kernels. Baseline: the three dense
  * weight-gradient GEMMs. */
@@ -82,7 +83,7 @@ static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)
     dw_state *s = h->state;
     const size_t grad = (size_t)(h->problem.d_ff * h->problem.n) * sj_dtype_size(h->problem.out_dtype);
     hybrid_weight_grads out = { s->out, s->out + grad, s->out + 2 * grad };
-    return hybrid_ffn_dw_launch(h->ctx, k, s->X, s->dYd, &s->H, &s->u, &s->g, &out, s->work, &s->plan, stream);
+    return hybrid_ffn_dw_launch(h->ctx, k, s->X, s->dYd, &s->H, &s->u, &s->g, &out, s->work, &s->plan, 0, stream);
 }
 
 /* One active pair of a on the host: its token and its value bits. */

@@ -203,5 +203,5 @@ sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj
     hybrid_saved_u u = { u_values, u_backup };
     hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
     hybrid_weight_grads out = { dWgT, dWuT, dWd };
-    return hybrid_ffn_dw_launch(ctx, k, X, dY, H, &u, &g, &out, workspace, &w, stream);
+    return hybrid_ffn_dw_launch(ctx, k, X, dY, H, &u, &g, &out, workspace, &w, 0, stream);
 }

@@ -2,7 +2,8 @@
  * hybrid format by the gate's epilogue), hybrid-ffn-fwd (u at H's active pairs, Y),
  * hybrid-ffn-dx (dh, dg, du at H's active pairs, dX), hybrid-ffn-dw (the three weight gradients
  * from the per-pair values) and hybrid-transpose (the per-unit token lists hybrid-ffn-dw reads,
- * one kernel per stage; a problem of the gate's shape). Their problems are TwELL problems whose one
+ * and its busy units' selection, scatter and copy; one kernel per stage; a problem of the gate's
+ * shape). Their problems are TwELL problems whose one
  * tile spans the row: twell_tile = d_ff, twell_capacity = W, the ELL width; they read the
  * activations' law (sparsity, skew), which the cache key carries since timings depend on it. The
  * FFN ops take d_ff in problem.d_ff and d_model in n = k, as twell-ffn does. */
@@ -208,11 +209,14 @@ const op_desc op_hybrid_ffn_dx = {
     .n_variants = sizeof ffn_variants / sizeof *ffn_variants,
 };
 
-/* templates/hybrid_ffn_dw.lua: one algorithm, CUDA cores (FFMA over 16-byte gathers of X and dY
- * rows), no MMA (docs/training.md says why). */
+/* templates/hybrid_ffn_dw.lua: CUDA cores (FFMA over 16-byte gathers of X and dY rows), no MMA
+ * (docs/training.md says why); with BUSY > 0 the same kernel skipping the busy units, whose rows
+ * the gemm op's kernels compute (hybrid_dw_launch.c). */
 static const op_variant dw_variants[] = {
     { .name = "unit-gather", .config = NULL, .arch = "sm_80", .sass = "FFMA,LDG.E.128.CONSTANT,STS.128,LDS.128",
       .sass_absent = "HMMA,HGMMA" },
+    { .name = "unit-gather-skipping-busy", .config = "BUSY=128", .arch = "sm_80",
+      .sass = "FFMA,LDG.E.128.CONSTANT,STS.128,LDS.128", .sass_absent = "HMMA,HGMMA" },
 };
 
 const op_desc op_hybrid_ffn_dw = {
@@ -220,7 +224,7 @@ const op_desc op_hybrid_ffn_dw = {
     .name = "hybrid-ffn-dw",
     .template_name = "hybrid_ffn_dw",
     .reads = OP_READS_TWELL | OP_READS_D_FF,
-    .n_args = 18,
+    .n_args = 19,
     .tunable = 1,
     .validate = validate_ffn,
     .key_text = key_text_ffn,
@@ -231,16 +235,22 @@ const op_desc op_hybrid_ffn_dw = {
     .baseline_help = "the three dense weight-gradient GEMMs (d_ff x d_model over tokens)",
     .example = example_dw,
     .variants = dw_variants,
-    .n_variants = 1,
+    .n_variants = sizeof dw_variants / sizeof *dw_variants,
 };
 
 /* templates/hybrid_transpose.lua: one kernel per stage, none a matrix instruction: bitmap
- * atomics, warp popcount scans, a block scan, the ranked fill. */
+ * atomics, warp popcount scans, a block scan, the ranked fill; then hybrid-ffn-dw's busy units
+ * (lib/hybrid_busy.lua): the selection's warp and block scan, the scatter of 16-bit coefficients
+ * (the a u product converted), the 16-byte row copy. */
 static const op_variant transpose_variants[] = {
     { .name = "mark", .config = "STAGE=0", .arch = "sm_80", .sass = "E.OR.STRONG.GPU", .sass_absent = "HMMA" },
     { .name = "count", .config = "STAGE=1", .arch = "sm_80", .sass = "POPC,SHFL.UP", .sass_absent = "HMMA" },
     { .name = "scan", .config = "STAGE=2", .arch = "sm_80", .sass = "BAR.SYNC,LDS,STS", .sass_absent = "HMMA" },
     { .name = "fill", .config = "STAGE=3", .arch = "sm_80", .sass = "POPC,STG.E", .sass_absent = "HMMA,E.OR.STRONG" },
+    { .name = "busy-select", .config = "STAGE=4", .arch = "sm_80", .sass = "SHFL.UP,BAR.SYNC,LDS,STS", .sass_absent = "HMMA" },
+    { .name = "busy-scatter", .config = "STAGE=5", .arch = "sm_80", .sass = "LDG.E.U16.CONSTANT,FMUL,STG.E.U16",
+      .sass_absent = "HMMA" },
+    { .name = "busy-copy", .config = "STAGE=6", .arch = "sm_80", .sass = "LDG.E.128.CONSTANT,STG.E.128", .sass_absent = "HMMA" },
 };
 
 /* A conversion of the layout, not a product: nothing to tune or bench it against. Keyed on the
