@@ -161,6 +161,13 @@ for dims in "2048 5632" "4096 11008"; do for sp in 0.95 0.99 0.995 0.999; do for
 done; done; done
 # skewed with a fifth of the units dead (--dead: trained models' never-firing units), 99%
 bench --op ffn-train --shape 8192x4096x4096 --d-ff 11008 --dtype bf16 --sparsity 0.99 --skew 1 --dead 0.2
+# dw's busy units on tensor cores (BUSY, not the default; bench/NOTES.md expects ~2.4x at skew 1
+# with 512 slots and ~13% lost at skew 0, where no unit is busy), 4096 / 11008 at 99%. --lean:
+# skew 1, BUSY=512 only (the default's row is above).
+for skew in 0 1; do for busy in 128 256 512; do
+  [ $lean -eq 1 ] && { [ $skew != 1 ] || [ $busy != 512 ]; } && continue
+  bench --op hybrid-ffn-dw --shape 8192x4096x4096 --d-ff 11008 --dtype bf16 --sparsity 0.99 --skew $skew --config BUSY=$busy
+done; done
 # The hybrid forward (u at the pairs, Y) and dx (dg, du at the pairs, dX) alone, against the dense
 # products they replace: the default (CUDA cores, a CTA per token), its L2-blocked pair (SPLIT=4
 # fwd, 8 dx) and the tensor-core variant (ALGO=2: the listing of the pairs, then the TwELL FFN's

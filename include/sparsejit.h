@@ -805,7 +805,9 @@ SJ_API sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *problem, sj
  * 4-byte entry per pair it can hold: min(rows x cols, rows x W + backup_rows x (cols - W))).
  * sj_workspace_size of the hybrid-ffn-dw problem gives the bound of any layout of its shape
  * (backup_rows = rows), usually far more. SJ_ERR_INVALID_ARGUMENT when the layout's positions
- * (rows x W + backup_rows x cols) pass 2^32 - 1. Pure arithmetic. */
+ * (rows x W + backup_rows x cols) pass 2^32 - 1. Pure arithmetic. A BUSY > 0 config (below)
+ * needs more, which depends on d_model and the gradients' dtype that a layout does not carry: it
+ * takes that from the context's scratch, not from this workspace. */
 SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size_t *bytes);
 /* The three weight gradients from what the forward and sj_hybrid_ffn_dx stored, as sparse
  * products over H's active pairs only (templates/hybrid_ffn_dw.lua; docs/training.md):
@@ -819,7 +821,21 @@ SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size
  * unit, popcount prefix sums, then each pair placed at its rank: no atomics decide an order),
  * then runs the gradient kernel (CUDA cores, one CTA per block of units and d_model slice). An
  * incomplete H (its counter above backup_rows) gives NaN gradients. Allocates nothing, never
- * waits (capturable once the kernels are loaded). */
+ * waits (capturable once the kernels are loaded).
+ * A config with BUSY = B > 0 (in the tuning space, not the default; not yet run on a GPU) sends
+ * the busiest units to dense tensor-core GEMMs: the first B units in ascending order with at
+ * least ceil(tokens / 64) active tokens (busy ones past B stay on CUDA cores) get their dg, du
+ * and a u written densely (B x tokens each, zeros at inactive tokens) and ROUNDED TO THE INPUT
+ * DTYPE, as a dense f16/bf16 backward rounds dG, dU and h (an f16 coefficient beyond 65504
+ * becomes inf there too), then two gemm-op products over all tokens (fp32 accumulation; sums in
+ * the GEMM's order, deterministic) give their rows; the other units' rows are the BUSY = 0
+ * config's bytes. Being dense over every token, a busy unit's rows also see non-finite values of
+ * X or dY at tokens where it is inactive. The buffers, a16(4 d_ff) + a16(4 (B + 1)) +
+ * a16(3 B tokens sj_dtype_size(dtype)) + a16(3 B d_model sj_dtype_size(out_dtype)) bytes (a16:
+ * rounded up to 16; 38 MB at 8192 tokens, d_ff 11008, d_model 4096, B = 512, bf16), come from the
+ * context's scratch (allocated on first need and kept; growing it waits, so make one call before
+ * capturing) and are zeroed again on the stream afterwards, so two such calls on one context must
+ * not run at the same time on different streams. */
 SJ_API sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr dY,
                                   const sj_hybrid_device *H, sj_devptr u_values, sj_devptr u_backup,
                                   sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values, sj_devptr du_backup,

@@ -51,6 +51,7 @@ typedef struct ffn_case {
     int l2_blocked;           /* config is SPLIT > 0: u, dg, du, dX must be the per-token kernel's bytes */
     const char *fwd_config;   /* the fwd's alone (its ALGO=2, with UT); NULL: config */
     const char *dx_config;    /* the dx's alone (its ALGO=2); NULL: config */
+    double skew;              /* 0: every unit fires alike; A > 0: unit j at a rate ~ (j + 1)^-A, at most 0.5 */
 } ffn_case;
 
 static double rel_error64(const double *out, const double *ref, size_t n)
@@ -118,14 +119,16 @@ static size_t count_differences(sj_context *ctx, const char *what, sj_dtype dt, 
     return differ;
 }
 
-/* config with its "SPLIT=n" made "SPLIT=0" (the per-token kernel of the same THREADS and B). */
-static void per_token_config(const char *config, char *out, size_t size)
+/* config with its name=n made name=value (the same config otherwise). */
+static void config_with(const char *config, const char *name, int value, char *out, size_t size)
 {
-    const char *split = strstr(config, "SPLIT=");
-    assert_non_null(split);
-    const char *rest = split + strlen("SPLIT=");
+    char key[16];
+    snprintf(key, sizeof key, "%s=", name);
+    const char *at = strstr(config, key);
+    assert_non_null(at);
+    const char *rest = at + strlen(key);
     while (*rest >= '0' && *rest <= '9') rest++;
-    assert_true(snprintf(out, size, "%.*sSPLIT=0%s", (int)(split - config), config, rest) < (int)size);
+    assert_true(snprintf(out, size, "%.*s%s%d%s", (int)(at - config), config, key, value, rest) < (int)size);
 }
 
 static void axpy(sj_dtype dt, double w, const uint16_t *row, double *acc, int64_t n)
@@ -180,6 +183,18 @@ static void expect_same_bytes(sj_context *ctx, const char *what, sj_devptr a, sj
     free(hb);
 }
 
+/* The relative error of n gradient elements (host, the gradients' dtype out) against ref. */
+static double grad_error(sj_dtype out, const void *host, const double *ref, size_t n)
+{
+    if (out != SJ_DTYPE_F32) return tu_rel_error(out, host, ref, n);
+    double *wide = malloc(n * sizeof *wide + 8);
+    assert_non_null(wide);
+    for (size_t i = 0; i < n; i++) wide[i] = ((const float *)host)[i];
+    const double e = rel_error64(wide, ref, n);
+    free(wide);
+    return e;
+}
+
 /* Checks one gradient the device wrote (out dtype, d_ff x d_model) against the reference. */
 static void expect_grad(sj_context *ctx, const char *what, const ffn_case *c, sj_devptr d, const double *ref, size_t n)
 {
@@ -187,17 +202,7 @@ static void expect_grad(sj_context *ctx, const char *what, const ffn_case *c, sj
     void *host = malloc(n * esz);
     assert_non_null(host);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, host, d, n * esz));
-    double e;
-    if (c->dw_out == SJ_DTYPE_F32) {
-        double *wide = malloc(n * sizeof *wide);
-        assert_non_null(wide);
-        for (size_t i = 0; i < n; i++) wide[i] = ((const float *)host)[i];
-        e = rel_error64(wide, ref, n);
-        free(wide);
-    } else {
-        e = tu_rel_error(c->dw_out, host, ref, n);
-    }
-    expect_close(what, c, e);
+    expect_close(what, c, grad_error(c->dw_out, host, ref, n));
     free(host);
 }
 
@@ -248,6 +253,176 @@ static uint32_t *words_at(sj_context *ctx, sj_devptr work, size_t at, size_t n)
     assert_non_null(h);
     SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, h, work + at, 4 * n));
     return h;
+}
+
+/* The per-pair values the device stored: u (dtype) and dg, du (fp32), ELL- and backup-shaped. */
+typedef struct stored_pairs {
+    const uint16_t *u_v, *u_b;
+    const float *g_v, *g_b, *d_v, *d_b;
+} stored_pairs;
+
+/* Adds the three weight gradients over H's pairs (a, H as the device holds it) into gWg, gWu,
+ * gWd in fp64, from the stored values: the coefficients dg, du and a u as they are (rounded = 0)
+ * or rounded to the dtype as the busy units' scatter rounds them (rounded = 1: dg and du from
+ * fp32, a u from its fp32 product, which two 16-bit values make exactly). counts (NULL: not
+ * wanted) gets each unit's pairs. */
+static void sum_pairs(const ffn_case *c, const sj_hybrid_host *a, const stored_pairs *sp, const uint16_t *X,
+                      const uint16_t *dY, int rounded, double *gWg, double *gWu, double *gWd, int64_t *counts)
+{
+    const sj_dtype dt = c->dt;
+    const int64_t F = c->F, D = c->D;
+    for (int64_t t = 0; t < c->M; t++) {
+        const int64_t e = a->nnz[t] < c->W ? a->nnz[t] : c->W, s = a->nnz[t] > c->W ? a->slot[t] : -1;
+        for (int64_t q = 0; q < e + (s >= 0 ? F : 0); q++) {
+            const size_t at = q < e ? (size_t)(t * c->W + q) : (size_t)(s * F + (q - e));
+            const uint16_t av = q < e ? a->values[at] : a->backup[at];
+            if (!hybrid_nonzero(av)) continue;
+            const int64_t j = q < e ? a->columns[at] : q - e;
+            const float u = tu_from16(dt, q < e ? sp->u_v[at] : sp->u_b[at]), h = tu_from16(dt, av) * u;
+            const float dg = q < e ? sp->g_v[at] : sp->g_b[at], du = q < e ? sp->d_v[at] : sp->d_b[at];
+            if (counts) counts[j]++;
+            axpy(dt, rounded ? tu_from16(dt, tu_to16(dt, dg)) : dg, X + t * D, gWg + j * D, D);
+            axpy(dt, rounded ? tu_from16(dt, tu_to16(dt, du)) : du, X + t * D, gWu + j * D, D);
+            axpy(dt, rounded ? tu_from16(dt, tu_to16(dt, h)) : (double)tu_from16(dt, av) * u, dY + t * D, gWd + j * D, D);
+        }
+    }
+}
+
+/* The busy units' rows (BUSY > 0) against the fp64 sums of the same coefficients rounded to the
+ * input dtype (sum_pairs, rounded): what is left is the GEMM's fp32 accumulation over the tokens
+ * (the products of two 16-bit values are exact in fp32; the sums' rounding is about sqrt(tokens)
+ * 2^-24 relative, under 1e-5 at these token counts, 1e-4 leaves room for the tensor cores' order
+ * and rounding of accumulation) and the rounding of the result to the gradients' dtype, at most
+ * its unit roundoff relative to each element (2^-8 bf16, 2^-11 f16), so norm-wise too. The
+ * coefficients' own rounding is not in this tolerance: against the unrounded sums the bf16 input
+ * cases with f32 gradients would miss by about 1e-3 (each coefficient off by up to 2^-8 of
+ * itself, independently), ten times the tolerance, so the check also tells that the coefficients
+ * were rounded as documented; against the step's fp64 reference the busy rows pass run_dw's
+ * tolerance (1e-2 f16, 3e-2 bf16), far above that rounding. */
+static double busy_tolerance(sj_dtype out)
+{
+    return (out == SJ_DTYPE_BF16 ? 0x1p-8 : out == SJ_DTYPE_F16 ? 0x1p-11 : 0.0) + 1e-4;
+}
+
+/* Downloads the three gradients (out dtype, d_ff x d_model each) of g back to back. */
+static unsigned char *grads_host(sj_context *ctx, const sj_devptr g[3], size_t bytes)
+{
+    unsigned char *h = malloc(3 * bytes);
+    assert_non_null(h);
+    for (int i = 0; i < 3; i++) SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, h + i * bytes, g[i], bytes));
+    return h;
+}
+
+/* A BUSY > 0 dw config (c->dw_config), after run_dw ran it through sj_hybrid_ffn_dw: the part of
+ * the context's scratch where that call kept the busy units' buffers is zeros again; the op's
+ * launch, run again with those buffers in a poisoned one of the test's, selects the units
+ * hybrid_dw_busy_select_host selects from H's counts (slot_of and unit_of read back); every
+ * other unit's rows are the bytes of the same config at BUSY = 0 (the same kernel, which only
+ * skips the busy units); the busy units' rows match the rounded-coefficient sums within
+ * busy_tolerance. Outputs poisoned first. */
+static void check_busy(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H, const sj_hybrid_host *a,
+                       const uint16_t *X, const uint16_t *dY, sj_devptr dX, sj_devptr ddY, const sj_devptr pairs[6],
+                       const stored_pairs *sp)
+{
+    const int capacity = tu_config_value(c->dw_config, "BUSY");
+    const int64_t F = c->F, D = c->D;
+    const size_t n = (size_t)(F * D), esz = sj_dtype_size(c->dw_out), bytes = n * esz, row = (size_t)D * esz;
+    SJ_ASSERT_OK(rt_require_gpu(ctx, "check_busy"));
+    hybrid_dw_busy_ws b;
+    hybrid_dw_busy_plan(c->M, F, D, capacity, sj_dtype_size(c->dt), esz, &b);
+    assert_true(ctx->scratch_bytes >= b.total);
+    unsigned char *scratch = malloc(b.total);
+    assert_non_null(scratch);
+    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, scratch, ctx->scratch, b.total));
+    for (size_t i = 0; i < b.total; i++)
+        if (scratch[i]) fail_msg("BUSY=%d: the context's scratch holds %02x at byte %zu after sj_hybrid_ffn_dw", capacity,
+                                 scratch[i], i);
+    free(scratch);
+
+    int64_t *counts = calloc((size_t)F, sizeof *counts);
+    double *ref = calloc(3 * n, sizeof *ref);
+    int32_t *want_slot = malloc(4 * (size_t)F), *want_unit = malloc(4 * (size_t)(capacity + 1));
+    assert_true(counts && ref && want_slot && want_unit);
+    sum_pairs(c, a, sp, X, dY, 1, ref, ref + n, ref + 2 * n, counts);
+    hybrid_dw_busy_select_host(counts, F, c->M, capacity, want_slot, want_unit);
+    int64_t eligible = 0;
+    for (int64_t j = 0; j < F; j++) eligible += counts[j] >= hybrid_dw_busy_threshold(c->M);
+    print_message("  %s BUSY=%d: %lld of %lld units busy (%lld tokens or more), %d on the GEMMs\n", sj_dtype_name(c->dt),
+                  capacity, (long long)eligible, (long long)F, (long long)hybrid_dw_busy_threshold(c->M),
+                  want_unit[capacity]);
+    assert_true(want_unit[capacity] > 0); /* a case that leaves the GEMMs nothing checks nothing */
+
+    /* the same config at BUSY = 0, through the entry point */
+    sj_problem wp;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&H->layout, SJ_OP_HYBRID_FFN_DW, D, &wp));
+    wp.out_dtype = c->dw_out;
+    char zero[128];
+    config_with(c->dw_config, "BUSY", 0, zero, sizeof zero);
+    size_t work_bytes;
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&H->layout, &work_bytes));
+    sj_devptr work = poisoned(ctx, work_bytes), g0[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, zero));
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw(ctx, &wp, dX, ddY, H, pairs[0], pairs[1], pairs[2], pairs[3], pairs[4], pairs[5],
+                                  g0[0], g0[1], g0[2], work, work_bytes, NULL));
+    /* the BUSY config through the op's launch, its busy buffers in a poisoned buffer of ours */
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, c->dw_config));
+    const loaded_kernel *k;
+    SJ_ASSERT_OK(rt_kernel_for(ctx, &wp, &k));
+    hybrid_dw_ws w;
+    hybrid_dw_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, &w);
+    sj_devptr busy = poisoned(ctx, b.total), g1[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
+    const hybrid_saved_u u = { pairs[0], pairs[1] };
+    const hybrid_grads g = { pairs[2], pairs[3], pairs[4], pairs[5] };
+    const hybrid_weight_grads out = { g1[0], g1[1], g1[2] };
+    SJ_ASSERT_OK(hybrid_ffn_dw_launch(ctx, k, dX, ddY, H, &u, &g, &out, work, &w, busy, NULL));
+    SJ_ASSERT_OK(sj_synchronize(ctx));
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
+
+    uint32_t *slot_of = words_at(ctx, busy, b.slot_of, (size_t)F), *unit_of = words_at(ctx, busy, b.unit_of, (size_t)capacity + 1);
+    int64_t wrong = 0;
+    for (int64_t j = 0; j < F; j++)
+        if ((int32_t)slot_of[j] != want_slot[j] && wrong++ < 4)
+            print_message("  BUSY=%d: slot_of[%lld] = %d, the host's %d (count %lld)\n", capacity, (long long)j,
+                          (int)slot_of[j], want_slot[j], (long long)counts[j]);
+    for (int s = 0; s <= capacity; s++)
+        if ((int32_t)unit_of[s] != want_unit[s] && wrong++ < 4)
+            print_message("  BUSY=%d: unit_of[%d] = %d, the host's %d\n", capacity, s, (int)unit_of[s], want_unit[s]);
+    if (wrong) {
+        print_message("FAILED: BUSY=%d: %lld entries of the device's selection differ from the host's\n", capacity,
+                      (long long)wrong);
+        checks_failed++;
+    }
+
+    unsigned char *h0 = grads_host(ctx, g0, bytes), *h1 = grads_host(ctx, g1, bytes);
+    const char *names[3] = { "dWgT", "dWuT", "dWd" };
+    for (int i = 0; i < 3; i++) {
+        unsigned char *busy_rows = malloc((size_t)want_unit[capacity] * row + 1);
+        double *busy_ref = malloc((size_t)want_unit[capacity] * (size_t)D * sizeof *busy_ref + 8);
+        assert_true(busy_rows && busy_ref);
+        int64_t rows = 0, differ = 0;
+        for (int64_t j = 0; j < F; j++) {
+            const size_t at = (size_t)i * bytes + (size_t)j * row;
+            if (want_slot[j] < 0) {
+                differ += memcmp(h1 + at, h0 + at, row) != 0;
+                continue;
+            }
+            memcpy(busy_rows + (size_t)rows * row, h1 + at, row);
+            memcpy(busy_ref + rows * D, ref + (size_t)i * n + (size_t)j * (size_t)D, (size_t)D * sizeof *busy_ref);
+            rows++;
+        }
+        const double e = grad_error(c->dw_out, busy_rows, busy_ref, (size_t)(rows * D));
+        if (differ || !(e < busy_tolerance(c->dw_out))) {
+            print_message("FAILED: %s %s M=%lld F=%lld D=%lld dw %s: %lld rows of units off the GEMMs differ from "
+                          "BUSY=0's bytes; the %lld busy rows' relative error %g (tolerance %g)\n", names[i],
+                          sj_dtype_name(c->dt), (long long)c->M, (long long)F, (long long)D, c->dw_config,
+                          (long long)differ, (long long)rows, e, busy_tolerance(c->dw_out));
+            checks_failed++;
+        }
+        free(busy_rows), free(busy_ref);
+    }
+    free(h0), free(h1), free(slot_of), free(unit_of), free(counts), free(ref), free(want_slot), free(want_unit);
+    sj_devptr all[] = { work, busy, g0[0], g0[1], g0[2], g1[0], g1[1], g1[2] };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
 }
 
 /* ALGO=2's listing, run again (the whole forward) into a poisoned workspace, against the host
@@ -304,21 +479,47 @@ static void check_listing(sj_context *ctx, const ffn_case *c, const sj_problem *
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
 }
 
+/* The x with Phi(x) = p, Phi the standard normal distribution (bisection). */
+static double normal_quantile(double p)
+{
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+/* How often unit j fires: 1 - sparsity, or with a skew scale (j + 1)^-skew capped at 0.5. */
+static double unit_rate(const ffn_case *c, double scale, int64_t j)
+{
+    return c->skew > 0 ? fmin(0.5, scale * pow((double)(j + 1), -c->skew)) : 1 - c->sparsity;
+}
+
+/* The scale that gives the skewed rates the mean 1 - sparsity (bisection; 0 without a skew). */
+static double skew_scale(const ffn_case *c)
+{
+    if (c->skew <= 0) return 0;
+    double lo = 0, hi = 1e9;
+    for (int i = 0; i < 200; i++) {
+        double mid = 0.5 * (lo + hi), mean = 0;
+        for (int64_t j = 0; j < c->F; j++) mean += unit_rate(c, mid, j) / (double)c->F;
+        if (mean < 1 - c->sparsity) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
 static void run_case(sj_context *ctx, const ffn_case *c)
 {
     const sj_dtype dt = c->dt;
     const int64_t M = c->M, F = c->F, D = c->D;
     uint16_t *X = random16(dt, M * D), *WgT = random16(dt, F * D), *WuT = random16(dt, F * D),
              *Wd = random16(dt, F * D), *dY = random16(dt, M * D);
-    /* column 0: ones in X and a bias in WgT that makes about `sparsity` of the gate negative */
-    const double sigma = sqrt((double)(D - 1) / 9.0);
-    double lo = -10, hi = 10;
-    for (int i = 0; i < 100; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(-mid / sqrt(2.0)) < c->sparsity) lo = mid; else hi = mid;
-    }
+    /* column 0: ones in X and a bias in WgT that makes about unit j's share of zeros of the gate
+     * negative (the gate's rest is about normal, sigma^2 = (D - 1) / 9) */
+    const double sigma = sqrt((double)(D - 1) / 9.0), scale = skew_scale(c);
     for (int64_t r = 0; r < M; r++) X[r * D] = tu_to16(dt, 1.0f);
-    for (int64_t j = 0; j < F; j++) WgT[j * D] = tu_to16(dt, (float)(-sigma * lo));
+    for (int64_t j = 0; j < F; j++) WgT[j * D] = tu_to16(dt, (float)(-sigma * normal_quantile(1 - unit_rate(c, scale, j))));
 
     const size_t tok = (size_t)(M * D), wts = (size_t)(F * D), b16 = 2;
     sj_hybrid_ffn_step ref = { malloc(sizeof(double) * tok), malloc(sizeof(double) * tok), malloc(sizeof(double) * wts),
@@ -376,25 +577,15 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     SJ_ASSERT_OK(sj_hybrid_download(ctx, &H, &a));
     double *gWg = calloc(wts, sizeof(double)), *gWu = calloc(wts, sizeof(double)), *gWd = calloc(wts, sizeof(double));
     assert_true(gWg && gWu && gWd);
-    for (int64_t t = 0; t < M; t++) {
-        const int64_t e = a.nnz[t] < c->W ? a.nnz[t] : c->W, s = a.nnz[t] > c->W ? a.slot[t] : -1;
-        for (int64_t q = 0; q < e + (s >= 0 ? F : 0); q++) {
-            const size_t at = q < e ? (size_t)(t * c->W + q) : (size_t)(s * F + (q - e));
-            const uint16_t av = q < e ? a.values[at] : a.backup[at];
-            if (!hybrid_nonzero(av)) continue;
-            const int64_t j = q < e ? a.columns[at] : q - e;
-            const double u = tu_from16(dt, q < e ? u_v[at] : u_b[at]);
-            const double dg = q < e ? g_v[at] : g_b[at], du = q < e ? d_v[at] : d_b[at];
-            axpy(dt, dg, X + t * D, gWg + j * D, D);
-            axpy(dt, du, X + t * D, gWu + j * D, D);
-            axpy(dt, tu_from16(dt, av) * u, dY + t * D, gWd + j * D, D);
-        }
-    }
+    const stored_pairs stored = { u_v, u_b, g_v, g_b, d_v, d_b };
+    sum_pairs(c, &a, &stored, X, dY, 0, gWg, gWu, gWd, NULL);
     expect_close("dWgT (from dg)", c, rel_error64(gWg, ref.dWgT, wts));
     expect_close("dWuT (from du)", c, rel_error64(gWu, ref.dWuT, wts));
     expect_close("dWd (from a u)", c, rel_error64(gWd, ref.dWd, wts));
     const sj_devptr pairs[6] = { uv, bk ? ub : 0, dgv, bk ? dgb : 0, duv, bk ? dub : 0 };
     run_dw(ctx, c, &H, dX_in, ddY, pairs, &ref);
+    if (c->dw_config && tu_config_value(c->dw_config, "BUSY") > 0)
+        check_busy(ctx, c, &H, &a, X, dY, dX_in, ddY, pairs, &stored);
     if (c->fwd_config) check_listing(ctx, c, &fp, &H, &a, dX_in, dWu, dWd, uv, bk ? ub : 0);
     if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
     if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, ""));
@@ -402,7 +593,7 @@ static void run_case(sj_context *ctx, const ffn_case *c)
         /* the per-token kernel of the same THREADS and B: the same threads hold the same columns,
          * so each pair's dot is summed in the same order */
         char token_config[128];
-        per_token_config(c->config, token_config, sizeof token_config);
+        config_with(c->config, "SPLIT", 0, token_config, sizeof token_config);
         SJ_ASSERT_OK(sj_set_config(ctx, &fp, token_config));
         SJ_ASSERT_OK(sj_set_config(ctx, &xp, token_config));
         /* each pair's dot as the per-token kernel computes it; the dx from the same stored u. Y is
@@ -448,38 +639,51 @@ static void test_step_matches_reference(void **state)
     sj_context *ctx;
     TU_REQUIRE_GPU(ctx);
     const ffn_case cases[] = {
-        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL, NULL },
+        { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, NULL, NULL, 0 },
         /* every row overflows; one token a chunk, more tokens than a chunk holds */
-        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL, NULL },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, "THREADS=128,B=4", "THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL, NULL, 0 },
         /* ragged; the backup grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL, NULL },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, NULL },          /* ragged d_model, 99.9% */
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16", "THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, NULL, 0 },          /* ragged d_model, 99.9% */
         /* nothing overflows */
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL, NULL },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, "THREADS=256,B=8", "THREADS=256,VPT=1,UB=2,PF=4", SJ_DTYPE_F32, 0, NULL, NULL, 0 },
         /* the L2-blocked pair, every SPLIT, both dtypes; ragged ranges (d_ff) and slices (d_model
          * pieces), rows overflowing into a backup that grows */
-        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
-        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
-        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
-        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL, NULL },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, "THREADS=128,B=16,SPLIT=4", NULL, SJ_DTYPE_BF16, 1, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 77, 3001, 1032, 64, 4, 0.95, "THREADS=256,B=4,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 130, 1100, 2056, 16, 8, 0.98, "THREADS=256,B=8,SPLIT=8", NULL, SJ_DTYPE_F32, 1, NULL, NULL, 0 },
+        { SJ_DTYPE_BF16, 130, 1100, 2056, 16, 0, 0.98, "THREADS=128,B=4,SPLIT=8", NULL, SJ_DTYPE_BF16, 1, NULL, NULL, 0 },
         /* slices of 33 pieces; the slices of SPLIT=4 here take two 16-byte pieces a thread */
-        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL, NULL },
-        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
-        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL },
+        { SJ_DTYPE_BF16, 64, 2050, 4104, 16, 0, 0.99, "THREADS=512,B=8,SPLIT=16", NULL, SJ_DTYPE_F32, 1, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 48, 2050, 4104, 32, 0, 0.98, "THREADS=128,B=16,SPLIT=16", NULL, SJ_DTYPE_F16, 1, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 48, 1500, 4104, 128, 0, 0.99, "THREADS=128,B=8,SPLIT=4", NULL, SJ_DTYPE_F16, 1, NULL, NULL, 0 },
         /* the tensor-core variants (ALGO=2) of the fwd and the dx, both unit tiles, 8 and 16 warps,
          * 2 to 4 stages: 99%; every row overflowing (a partial last unit tile); ragged d_ff and
          * d_model with a backup that grows; nothing overflowing (the fwd alone); 99.9% (the dx
          * alone, on the per-token fwd's u); several token tiles, the last partial */
         { SJ_DTYPE_BF16, 256, 1024, 512, 128, 32, 0.99, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
-          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
+          "ALGO=2,WARPS=8,UT=512,STAGES=3", 0 },
         { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=8,UT=512,STAGES=2",
-          "ALGO=2,WARPS=8,UT=512,STAGES=2" },
+          "ALGO=2,WARPS=8,UT=512,STAGES=2", 0 },
         { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, NULL, SJ_DTYPE_BF16, 0, "ALGO=2,WARPS=8,UT=256,STAGES=4",
-          "ALGO=2,WARPS=8,UT=512,STAGES=3" },
-        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3", NULL },
-        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, "ALGO=2,WARPS=16,UT=512,STAGES=3" },
+          "ALGO=2,WARPS=8,UT=512,STAGES=3", 0 },
+        { SJ_DTYPE_BF16, 129, 2048, 2048, 256, 0, 0.99, NULL, NULL, SJ_DTYPE_F32, 0, "ALGO=2,WARPS=16,UT=256,STAGES=3", NULL, 0 },
+        { SJ_DTYPE_F16, 96, 5632, 136, 16, 8, 0.999, NULL, NULL, SJ_DTYPE_F16, 0, NULL, "ALGO=2,WARPS=16,UT=512,STAGES=3", 0 },
         { SJ_DTYPE_F16, 700, 1500, 520, 64, 0, 0.98, NULL, NULL, SJ_DTYPE_F16, 0, "ALGO=2,WARPS=8,UT=512,STAGES=3",
-          "ALGO=2,WARPS=16,UT=256,STAGES=2" },
+          "ALGO=2,WARPS=16,UT=256,STAGES=2", 0 },
+        /* the busy units on tensor cores (dw BUSY > 0; check_busy): skewed rates ~ 1 / (j + 1) at
+         * 98%, about 175 units at 8 tokens (1/64 of 512) or more: more than 128 slots, fewer than
+         * 256 (slots left empty); every unit busy and every one placed (d_ff = BUSY = 128); every
+         * unit busy at 50%, 640 of them past the slots; ragged tokens (77: the GEMMs' rows of A
+         * not 16-byte aligned) and d_model, 512 slots of 3001 units */
+        { SJ_DTYPE_BF16, 512, 1024, 256, 64, 0, 0.98, NULL, "BUSY=128,THREADS=32,VPT=1,UB=2,PF=2", SJ_DTYPE_F32, 0,
+          NULL, NULL, 1.0 },
+        { SJ_DTYPE_F16, 512, 1024, 256, 64, 0, 0.98, NULL, "BUSY=256", SJ_DTYPE_F16, 0, NULL, NULL, 1.0 },
+        { SJ_DTYPE_BF16, 130, 128, 264, 32, 130, 0.50, NULL, "BUSY=128", SJ_DTYPE_BF16, 0, NULL, NULL, 0 },
+        { SJ_DTYPE_F16, 130, 768, 264, 32, 130, 0.50, NULL, "BUSY=128,THREADS=32,VPT=1,UB=1,PF=1", SJ_DTYPE_F32, 0, NULL,
+          NULL, 0 },
+        { SJ_DTYPE_BF16, 77, 3001, 1032, 64, 0, 0.95, NULL, "BUSY=512,THREADS=64,VPT=2,UB=8,PF=2", SJ_DTYPE_BF16, 0, NULL,
+          NULL, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(ctx, &cases[i]);
     if (checks_failed || split_cases_differing)

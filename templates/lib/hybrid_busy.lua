@@ -52,14 +52,14 @@ local SELECT = [[
   if (lane == 31) warp_base[warp] = incl;
   __syncthreads();
   if (warp == 0) {
-    const int total = lane < THREADS / 32 ? warp_base[lane] : 0;
-    int run = total;
+    const int warp_busy = lane < THREADS / 32 ? warp_base[lane] : 0;
+    int run = warp_busy;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, run, off);
       if (lane >= off) run += y;
     }
-    if (lane < THREADS / 32) warp_base[lane] = run - total;
+    if (lane < THREADS / 32) warp_base[lane] = run - warp_busy;
     if (lane == 31) busy_total = run;
   }
   __syncthreads();
