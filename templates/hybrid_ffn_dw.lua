@@ -17,10 +17,11 @@
 -- > R) gets NaN gradients.
 --
 -- BUSY > 0 (not the default; written without a GPU): the busiest units go to dense tensor-core
--- GEMMs instead. ops/hybrid/hybrid_dw_launch.c selects up to BUSY units whose token count is at
--- least ceil(M / 64) (hybrid-transpose's stages 4-6, lib/hybrid_busy.lua, write slot_of), runs
--- the two GEMMs and copies their rows out; this kernel then skips every unit with slot_of[j] >= 0
--- and takes slot_of as one more argument. BUSY = 0 generates the kernel it always did.
+-- GEMMs instead: ops/hybrid/hybrid_dw_launch.c selects up to BUSY units whose token count is at
+-- least ceil(M / 64) into slot_of and scatters their coefficients (hybrid-transpose's stages 4
+-- and 5, lib/hybrid_busy.lua), runs this kernel, which takes slot_of as one more argument and
+-- skips every unit with slot_of[j] >= 0, then the two GEMMs, and copies their rows out (stage 6).
+-- BUSY = 0 generates the kernel it always did.
 --
 -- Problem: op "hybrid-ffn-dw", M = tokens, N = K = d_model, DFF = d_ff, T = DFF, C = W,
 -- out_dtype = the gradients'.
