@@ -51,7 +51,7 @@ SJ_API const char *sj_version_string(void);
 /* The binary interface: bumped whenever a public struct, enum or signature changes, so a binding
  * that reaches the library through its C ABI (ctypes in python/) can refuse a library it does not
  * match. sj_abi_version() is the number the library was built with. */
-#define SJ_ABI_VERSION 3
+#define SJ_ABI_VERSION 4
 SJ_API int sj_abi_version(void);
 /* sizeof of the public struct name ("sj_problem", "sj_context_options", "sj_device_info",
  * "sj_stats", "sj_generated", "sj_kernel_info", "sj_vnm_layout", "sj_vnm_host", "sj_vnm_device",
@@ -235,8 +235,11 @@ SJ_API sj_status sj_problem_describe(const sj_problem *p, char *buf, size_t len)
 
 /* Bytes of device workspace the op of problem needs when the caller provides it (the *_ws entry
  * points): for twell-ffn the most any of its configs needs (4 x tokens x d_ff and a little
- * more), for vnm-compress the 8-byte pattern-violation word (padded to 16), 0 for ops that need
- * none. Pure arithmetic: no context, no GPU. */
+ * more), for vnm-compress the 8-byte pattern-violation word (padded to 16), for hybrid-ffn-fwd,
+ * -dx and -dw the most any of their configs needs over any hybrid matrix of the problem's shape
+ * (a backup row for every token; far more than sj_hybrid_ffn_workspace, which sizes the kernel
+ * a call will launch for H's own layout), 0 for ops that need none. Pure arithmetic: no
+ * context, no GPU. */
 SJ_API sj_status sj_workspace_size(const sj_problem *problem, size_t *bytes);
 
 /* Source of one kernel, as a template produced it. Free with sj_generated_free. */
@@ -775,39 +778,61 @@ SJ_API sj_status sj_hybrid_gate_complete(sj_context *ctx, const sj_problem *prob
  * rows (tokens), n = k = d_model, d_ff = cols, twell_tile = cols, twell_capacity = W, dtype =
  * out_dtype = layout's (set out_dtype to f32 for fp32 outputs); twell_sparsity unspecified. */
 SJ_API sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *layout, sj_op op, int64_t d_model, sj_problem *out);
+/* Bytes of workspace the hybrid-ffn-fwd, hybrid-ffn-dx or hybrid-ffn-dw call (problem->op) of
+ * problem over a matrix of layout (H's, as the gate left it: a grown backup included) needs: the
+ * one size query for the workspace these three ops take from the caller. It resolves the kernel
+ * exactly as the call does (the config forced by sj_set_config, else the cached tuned winner,
+ * else the template's default; under SJ_TUNE_ON_MISS a problem without a winner is tuned), so
+ * the first query of a problem may generate, compile and load (or tune) that kernel, as the
+ * first call would, and needs a GPU (SJ_ERR_NO_GPU otherwise); once it is loaded the query is a
+ * table lookup and arithmetic (no device work, no waiting). Ask again after sj_set_config,
+ * sj_tune or anything else that changes the kernel. fwd, dx: 0 for the per-token and the
+ * L2-blocked (SPLIT > 0) kernels; the tensor-core variant (ALGO=2) lists H's pairs there: about
+ * 4 x tokens x d_ff bytes for the fwd (8 for the dx), tokens and units rounded up to 512, 8 bytes
+ * a position H holds (rows x W + backup_rows x d_ff) and a little more. dw: sj_hybrid_ffn_dw_workspace(layout)
+ * (the transpose) plus, for a BUSY = B > 0 config, the busy units' buffers, a16(4 d_ff) +
+ * a16(4 (B + 1)) + a16(3 B tokens sj_dtype_size(dtype)) + a16(3 B d_model
+ * sj_dtype_size(out_dtype)) bytes (a16: rounded up to 16; 38 MB at 8192 tokens, d_ff 11008,
+ * d_model 4096, B = 512, bf16). */
+SJ_API sj_status sj_hybrid_ffn_workspace(sj_context *ctx, const sj_problem *problem, const sj_hybrid_layout *layout,
+                                         size_t *bytes);
 /* The forward after sj_hybrid_gate (templates/hybrid_ffn_fwd.lua): for every active pair (t, j)
  * of H (a = relu(g) > 0) u = X[t] . WuT[j], a sampled product, written in the input dtype into
  * u_values (rows x W, at the pair's ELL slot) or u_backup (backup_rows x d_ff, at the pair's
  * backup position), nothing else of them; Y[t] = sum_j a u Wd[j] (problem->out_dtype). X, Y
  * tokens x d_model; WuT, Wd d_ff x d_model; row-major, 16-byte aligned, d_model a multiple of 8.
  * What the backward needs is H and u: W + backup positions, 6 bytes an ELL pair. An overflow row
- * that H left unplaced gets a NaN Y row. CUDA cores, one CTA per token; asynchronous. A config
- * with ALGO=2 (sm_90a; not the default) runs it on tensor cores instead, with a workspace from the
- * context's scratch buffer (allocated once per context and kept), so two such launches on one
- * context must not run at the same time on different streams (the same for sj_hybrid_ffn_dx). */
+ * that H left unplaced gets a NaN Y row. CUDA cores, one CTA per token; a config with ALGO=2
+ * (sm_90a; not the default) runs it on tensor cores instead. workspace: the caller's, 16-byte
+ * aligned, workspace_bytes >= sj_hybrid_ffn_workspace(problem, &H->layout) for the kernel the
+ * call resolves (else SJ_ERR_INVALID_ARGUMENT naming workspace_bytes, the bytes needed and the
+ * config); its contents on entry do not matter; 0 (with any workspace_bytes) when that is 0.
+ * The call allocates nothing and never waits, so once its kernel is loaded (one call or query
+ * before capture; not under SJ_TUNE_ON_MISS for a problem without a winner) it can be captured
+ * in a CUDA graph, and calls with distinct workspaces may run concurrently on different streams
+ * (the same for sj_hybrid_ffn_dx and sj_hybrid_ffn_dw). */
 SJ_API sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *problem, sj_devptr X, const sj_hybrid_device *H,
                                    sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
-                                   void *stream);
+                                   sj_devptr workspace, size_t workspace_bytes, void *stream);
 /* The backward through the activations (templates/hybrid_ffn_dx.lua), from dY (tokens x
  * d_model) and what the forward stored (H, u_values, u_backup): per active pair the sampled
  * dh = dY[t] . Wd[j], du = dh a and dg = dh u, written as fp32 into dg_values / du_values (rows x
  * W) or dg_backup / du_backup (backup_rows x d_ff) at the pair's position, nothing else of them;
  * dX[t] = sum_j dg WgT[j] + du WuT[j] (problem->out_dtype). The weight gradients are sums of
  * these compact values times rows of X and dY (docs/training.md). An unplaced row gets a NaN dX
- * row. Asynchronous. */
+ * row. workspace as sj_hybrid_ffn_fwd's (ALGO=2's list, its slots kept twice). Asynchronous. */
 SJ_API sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *problem, sj_devptr dY, const sj_hybrid_device *H,
                                   sj_devptr u_values, sj_devptr u_backup, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd,
                                   sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
-                                  sj_devptr du_backup, void *stream);
+                                  sj_devptr du_backup, sj_devptr workspace, size_t workspace_bytes, void *stream);
 
-/* Bytes of workspace sj_hybrid_ffn_dw needs for a matrix of layout: the transpose of its pairs
- * (a token bitmap and a prefix word per unit and 32 tokens, the units' list starts, and one
- * 4-byte entry per pair it can hold: min(rows x cols, rows x W + backup_rows x (cols - W))).
- * sj_workspace_size of the hybrid-ffn-dw problem gives the bound of any layout of its shape
- * (backup_rows = rows), usually far more. SJ_ERR_INVALID_ARGUMENT when the layout's positions
- * (rows x W + backup_rows x cols) pass 2^32 - 1. Pure arithmetic. A BUSY > 0 config (below)
- * needs more, which depends on d_model and the gradients' dtype that a layout does not carry: it
- * takes that from the context's scratch, not from this workspace. */
+/* Bytes of the transpose's part of sj_hybrid_ffn_dw's workspace for a matrix of layout, all a
+ * BUSY = 0 config (the default) needs: the transpose of its pairs (a token bitmap and a prefix
+ * word per unit and 32 tokens, the units' list starts, and one 4-byte entry per pair it can hold:
+ * min(rows x cols, rows x W + backup_rows x (cols - W))). sj_hybrid_ffn_workspace gives the
+ * whole of what the kernel a call launches needs (a BUSY > 0 config's buffers on top). Pure
+ * arithmetic. SJ_ERR_INVALID_ARGUMENT when the layout's positions (rows x W + backup_rows x
+ * cols) pass 2^32 - 1. */
 SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size_t *bytes);
 /* The three weight gradients from what the forward and sj_hybrid_ffn_dx stored, as sparse
  * products over H's active pairs only (templates/hybrid_ffn_dw.lua; docs/training.md):
@@ -816,12 +841,14 @@ SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size
  * result is deterministic. X, dY tokens x d_model (problem->dtype); dWgT, dWuT, dWd d_ff x
  * d_model (problem->out_dtype: f16, bf16 or f32; every row written, zeros for a unit no token
  * activates); u_* as sj_hybrid_ffn_fwd wrote them, dg_* and du_* as sj_hybrid_ffn_dx did. The
- * call first builds the per-unit token lists in workspace (16-byte aligned, workspace_bytes >=
- * sj_hybrid_ffn_dw_workspace(&H->layout)) with the hybrid-transpose kernels (a token bitmap per
- * unit, popcount prefix sums, then each pair placed at its rank: no atomics decide an order),
- * then runs the gradient kernel (CUDA cores, one CTA per block of units and d_model slice). An
- * incomplete H (its counter above backup_rows) gives NaN gradients. Allocates nothing, never
- * waits (capturable once the kernels are loaded).
+ * call first builds the per-unit token lists in the workspace (16-byte aligned, workspace_bytes
+ * >= sj_hybrid_ffn_workspace(problem, &H->layout) for the kernel the call resolves, else
+ * SJ_ERR_INVALID_ARGUMENT naming workspace_bytes, the bytes needed and the config; its contents
+ * on entry do not matter) with the hybrid-transpose kernels (a token bitmap per unit, zeroed on
+ * the stream first, popcount prefix sums, then each pair placed at its rank: no atomics decide
+ * an order), then runs the gradient kernel (CUDA cores, one CTA per block of units and d_model
+ * slice). An incomplete H (its counter above backup_rows) gives NaN gradients. Allocates nothing,
+ * never waits (capturable once the kernels are loaded, as sj_hybrid_ffn_fwd).
  * A config with BUSY = B > 0 (in the tuning space, not the default; not yet run on a GPU) sends
  * the busiest units to dense tensor-core GEMMs: the first B units in ascending order with at
  * least ceil(tokens / 64) active tokens (busy ones past B stay on CUDA cores) get their dg, du
@@ -830,12 +857,9 @@ SJ_API sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *layout, size
  * becomes inf there too), then two gemm-op products over all tokens (fp32 accumulation; sums in
  * the GEMM's order, deterministic) give their rows; the other units' rows are the BUSY = 0
  * config's bytes. Being dense over every token, a busy unit's rows also see non-finite values of
- * X or dY at tokens where it is inactive. The buffers, a16(4 d_ff) + a16(4 (B + 1)) +
- * a16(3 B tokens sj_dtype_size(dtype)) + a16(3 B d_model sj_dtype_size(out_dtype)) bytes (a16:
- * rounded up to 16; 38 MB at 8192 tokens, d_ff 11008, d_model 4096, B = 512, bf16), come from the
- * context's scratch (allocated on first need and kept; growing it waits, so make one call before
- * capturing) and are zeroed again on the stream afterwards, so two such calls on one context must
- * not run at the same time on different streams. */
+ * X or dY at tokens where it is inactive. Its buffers (sj_hybrid_ffn_workspace counts them)
+ * follow the transpose's in the same workspace; the dense coefficients are zeroed on the stream
+ * first. */
 SJ_API sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *problem, sj_devptr X, sj_devptr dY,
                                   const sj_hybrid_device *H, sj_devptr u_values, sj_devptr u_backup,
                                   sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values, sj_devptr du_backup,

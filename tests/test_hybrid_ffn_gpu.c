@@ -17,7 +17,11 @@
  * fwd and of the dx, together or each beside the other's default, run the same checks, and the
  * fwd's listing, run again into a poisoned workspace of the test's, must be
  * hybrid_pairs_list_host's of H as the device holds it, and that second forward's u the first's
- * bytes. */
+ * bytes. Every call takes the workspace sj_hybrid_ffn_workspace sizes for the kernel it resolves
+ * (checked against hybrid_pairs_plan for ALGO=2, 0 for the other fwd and dx kernels, the
+ * transpose's plus hybrid_dw_busy_plan's for a BUSY dw), poisoned first; one byte less and a
+ * null workspace are refused, naming the need and the config. The size query of loaded kernels
+ * compiles nothing (test_size_query_is_a_lookup, which prints its host time). */
 #include "test_util.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
@@ -206,8 +210,31 @@ static void expect_grad(sj_context *ctx, const char *what, const ffn_case *c, sj
     free(host);
 }
 
-/* dWgT, dWuT, dWd by sj_hybrid_ffn_dw into outputs poisoned first; twice, the second time into
- * outputs and a workspace poisoned again, which must give the same bytes. */
+/* sj_hybrid_ffn_dw with one byte less than the need of the kernel it resolves is refused before
+ * anything runs: the error names workspace_bytes, the need and the kernel's config. */
+static void expect_too_small(sj_context *ctx, const sj_problem *wp, const sj_hybrid_device *H, sj_devptr X,
+                             sj_devptr dY, const sj_devptr pairs[6], size_t need)
+{
+    const loaded_kernel *k;
+    SJ_ASSERT_OK(rt_kernel_for(ctx, wp, &k));
+    char msg[400];
+    snprintf(msg, sizeof msg, "workspace_bytes = %zu; the kernel it launches (config %s) needs %zu", need - 1, k->config,
+             need);
+    sj_devptr work = poisoned(ctx, need), g = poisoned(ctx, 16);
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, wp, X, dY, H, pairs[0], pairs[1], pairs[2], pairs[3], pairs[4], pairs[5], g, g,
+                                      g, work, need - 1, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, msg);
+    SJ_ASSERT_STATUS(sj_hybrid_ffn_dw(ctx, wp, X, dY, H, pairs[0], pairs[1], pairs[2], pairs[3], pairs[4], pairs[5], g, g,
+                                      g, 0, need, NULL),
+                     SJ_ERR_INVALID_ARGUMENT, "workspace is a null device pointer");
+    sj_free(ctx, work);
+    sj_free(ctx, g);
+}
+
+/* dWgT, dWuT, dWd by sj_hybrid_ffn_dw into outputs poisoned first, the workspace of
+ * sj_hybrid_ffn_workspace's size (the transpose's, plus the busy buffers' for a BUSY > 0 config:
+ * hybrid_dw_busy_plan) poisoned too; twice, the second time into outputs and a workspace poisoned
+ * again, which must give the same bytes. One byte less is refused first, naming the need. */
 static void run_dw(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H, sj_devptr X, sj_devptr dY,
                    const sj_devptr pairs[6], const sj_hybrid_ffn_step *ref)
 {
@@ -216,8 +243,14 @@ static void run_dw(sj_context *ctx, const ffn_case *c, const sj_hybrid_device *H
     SJ_ASSERT_OK(sj_hybrid_ffn_problem(&H->layout, SJ_OP_HYBRID_FFN_DW, c->D, &wp));
     wp.out_dtype = c->dw_out;
     if (c->dw_config) SJ_ASSERT_OK(sj_set_config(ctx, &wp, c->dw_config));
-    size_t work_bytes;
-    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&H->layout, &work_bytes));
+    size_t work_bytes, transpose;
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &wp, &H->layout, &work_bytes));
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&H->layout, &transpose));
+    const int capacity = c->dw_config ? tu_config_value(c->dw_config, "BUSY") : -1; /* -1: not named, 0 */
+    hybrid_dw_busy_ws b = { 0 };
+    if (capacity > 0) hybrid_dw_busy_plan(c->M, c->F, c->D, capacity, sj_dtype_size(c->dt), sj_dtype_size(c->dw_out), &b);
+    assert_int_equal(work_bytes, transpose + b.total);
+    expect_too_small(ctx, &wp, H, X, dY, pairs, work_bytes);
     unsigned char *first[3];
     for (int round = 0; round < 2; round++) {
         sj_devptr work = poisoned(ctx, work_bytes), g[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
@@ -313,9 +346,8 @@ static unsigned char *grads_host(sj_context *ctx, const sj_devptr g[3], size_t b
     return h;
 }
 
-/* A BUSY > 0 dw config (c->dw_config), after run_dw ran it through sj_hybrid_ffn_dw: the part of
- * the context's scratch where that call kept the busy units' buffers is zeros again; the op's
- * launch, run again with those buffers in a poisoned one of the test's, selects the units
+/* A BUSY > 0 dw config (c->dw_config), after run_dw ran it through sj_hybrid_ffn_dw: the op's
+ * launch, run again into a poisoned workspace of the test's, selects the units
  * hybrid_dw_busy_select_host selects from H's counts (slot_of and unit_of read back); every
  * other unit's rows are the bytes of the same config at BUSY = 0 (the same kernel, which only
  * skips the busy units); the busy units' rows match the rounded-coefficient sums within
@@ -330,14 +362,6 @@ static void check_busy(sj_context *ctx, const ffn_case *c, const sj_hybrid_devic
     SJ_ASSERT_OK(rt_require_gpu(ctx, "check_busy"));
     hybrid_dw_busy_ws b;
     hybrid_dw_busy_plan(c->M, F, D, capacity, sj_dtype_size(c->dt), esz, &b);
-    assert_true(ctx->scratch_bytes >= b.total);
-    unsigned char *scratch = malloc(b.total);
-    assert_non_null(scratch);
-    SJ_ASSERT_OK(sj_memcpy_dtoh(ctx, scratch, ctx->scratch, b.total));
-    for (size_t i = 0; i < b.total; i++)
-        if (scratch[i]) fail_msg("BUSY=%d: the context's scratch holds %02x at byte %zu after sj_hybrid_ffn_dw", capacity,
-                                 scratch[i], i);
-    free(scratch);
 
     int64_t *counts = calloc((size_t)F, sizeof *counts);
     double *ref = calloc(3 * n, sizeof *ref);
@@ -359,25 +383,28 @@ static void check_busy(sj_context *ctx, const ffn_case *c, const sj_hybrid_devic
     char zero[128];
     config_with(c->dw_config, "BUSY", 0, zero, sizeof zero);
     size_t work_bytes;
-    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&H->layout, &work_bytes));
-    sj_devptr work = poisoned(ctx, work_bytes), g0[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
     SJ_ASSERT_OK(sj_set_config(ctx, &wp, zero));
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &wp, &H->layout, &work_bytes));
+    sj_devptr work = poisoned(ctx, work_bytes), g0[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
     SJ_ASSERT_OK(sj_hybrid_ffn_dw(ctx, &wp, dX, ddY, H, pairs[0], pairs[1], pairs[2], pairs[3], pairs[4], pairs[5],
                                   g0[0], g0[1], g0[2], work, work_bytes, NULL));
-    /* the BUSY config through the op's launch, its busy buffers in a poisoned buffer of ours */
+    /* the BUSY config through the op's launch, its busy buffers after the transpose's in a
+     * poisoned workspace of ours */
     SJ_ASSERT_OK(sj_set_config(ctx, &wp, c->dw_config));
     const loaded_kernel *k;
     SJ_ASSERT_OK(rt_kernel_for(ctx, &wp, &k));
     hybrid_dw_ws w;
     hybrid_dw_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, &w);
-    sj_devptr busy = poisoned(ctx, b.total), g1[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes), poisoned(ctx, bytes) };
+    sj_devptr busy_work = poisoned(ctx, w.total + b.total), g1[3] = { poisoned(ctx, bytes), poisoned(ctx, bytes),
+                                                                      poisoned(ctx, bytes) };
     const hybrid_saved_u u = { pairs[0], pairs[1] };
     const hybrid_grads g = { pairs[2], pairs[3], pairs[4], pairs[5] };
     const hybrid_weight_grads out = { g1[0], g1[1], g1[2] };
-    SJ_ASSERT_OK(hybrid_ffn_dw_launch(ctx, k, dX, ddY, H, &u, &g, &out, work, &w, busy, NULL));
+    SJ_ASSERT_OK(hybrid_ffn_dw_launch(ctx, k, dX, ddY, H, &u, &g, &out, busy_work, &w, NULL));
     SJ_ASSERT_OK(sj_synchronize(ctx));
     SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
 
+    const sj_devptr busy = busy_work + w.total;
     uint32_t *slot_of = words_at(ctx, busy, b.slot_of, (size_t)F), *unit_of = words_at(ctx, busy, b.unit_of, (size_t)capacity + 1);
     int64_t wrong = 0;
     for (int64_t j = 0; j < F; j++)
@@ -421,7 +448,7 @@ static void check_busy(sj_context *ctx, const ffn_case *c, const sj_hybrid_devic
         free(busy_rows), free(busy_ref);
     }
     free(h0), free(h1), free(slot_of), free(unit_of), free(counts), free(ref), free(want_slot), free(want_unit);
-    sj_devptr all[] = { work, busy, g0[0], g0[1], g0[2], g1[0], g1[1], g1[2] };
+    sj_devptr all[] = { work, busy_work, g0[0], g0[1], g0[2], g1[0], g1[1], g1[2] };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
 }
 
@@ -477,6 +504,56 @@ static void check_listing(sj_context *ctx, const ffn_case *c, const sj_problem *
     free(counts), free(starts), free(list), free(rc), free(rs), free(rl);
     sj_devptr all[] = { work, Y1, uv1, ub1 };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
+}
+
+/* The workspace of the fwd or dx kernel that problem p (whose forced config is config, NULL: the
+ * default) resolves to over layout l, poisoned: sj_hybrid_ffn_workspace's bytes, which must be
+ * hybrid_pairs_plan's total for ALGO=2 (halves 1 for the fwd, 2 for the dx) and 0 for every other
+ * kernel; then 0, and the call gets no workspace at all. Where there is one, call (the fwd's or
+ * the dx's entry point with a workspace and its bytes) refuses one byte less and a null workspace
+ * first, naming the need. */
+typedef sj_status (*ffn_call)(sj_context *ctx, const sj_problem *p, sj_devptr work, size_t bytes, const void *user);
+
+static sj_devptr ffn_workspace(sj_context *ctx, const sj_problem *p, const sj_hybrid_layout *l, const char *config,
+                               ffn_call call, const void *user, size_t *bytes)
+{
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, p, l, bytes));
+    size_t want = 0;
+    if (config && tu_config_value(config, "ALGO") == 2) {
+        hybrid_pairs_ws w;
+        hybrid_pairs_plan(l->rows, l->cols, l->width, l->backup_rows, p->op == SJ_OP_HYBRID_FFN_DX ? 2 : 1, &w);
+        want = w.total;
+    }
+    if (*bytes != want)
+        fail_msg("%s config %s: sj_hybrid_ffn_workspace says %zu bytes, the plan %zu", sj_op_name(p->op),
+                 config ? config : "default", *bytes, want);
+    if (!*bytes) return 0;
+    sj_devptr work = poisoned(ctx, *bytes);
+    char msg[160];
+    snprintf(msg, sizeof msg, "workspace_bytes = %zu; the kernel it launches (config ALGO=2,", *bytes - 1);
+    SJ_ASSERT_STATUS(call(ctx, p, work, *bytes - 1, user), SJ_ERR_INVALID_ARGUMENT, msg);
+    snprintf(msg, sizeof msg, "needs %zu bytes", *bytes);
+    SJ_ASSERT_STATUS(call(ctx, p, 0, *bytes, user), SJ_ERR_INVALID_ARGUMENT, msg);
+    return work;
+}
+
+/* The fwd's and the dx's operands, for ffn_workspace's calls. */
+typedef struct ffn_operands {
+    const sj_hybrid_device *H;
+    sj_devptr X, dY, WgT, WuT, Wd, Y, dX, uv, ub, dgv, dgb, duv, dub;
+} ffn_operands;
+
+static sj_status call_fwd(sj_context *ctx, const sj_problem *p, sj_devptr work, size_t bytes, const void *user)
+{
+    const ffn_operands *o = user;
+    return sj_hybrid_ffn_fwd(ctx, p, o->X, o->H, o->WuT, o->Wd, o->Y, o->uv, o->ub, work, bytes, NULL);
+}
+
+static sj_status call_dx(sj_context *ctx, const sj_problem *p, sj_devptr work, size_t bytes, const void *user)
+{
+    const ffn_operands *o = user;
+    return sj_hybrid_ffn_dx(ctx, p, o->dY, o->H, o->uv, o->ub, o->WgT, o->WuT, o->Wd, o->dX, o->dgv, o->dgb, o->duv,
+                            o->dub, work, bytes, NULL);
 }
 
 /* The x with Phi(x) = p, Phi the standard normal distribution (bisection). */
@@ -550,9 +627,13 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     const char *fwd_config = c->fwd_config ? c->fwd_config : c->config, *dx_config = c->dx_config ? c->dx_config : c->config;
     if (fwd_config) SJ_ASSERT_OK(sj_set_config(ctx, &fp, fwd_config));
     if (dx_config) SJ_ASSERT_OK(sj_set_config(ctx, &xp, dx_config));
-    SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y, uv, bk ? ub : 0, NULL));
-    SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dXo, dgv, bk ? dgb : 0, duv,
-                                  bk ? dub : 0, NULL));
+    const ffn_operands ops = { &H, dX_in, ddY, dWg, dWu, dWd, Y, dXo, uv, bk ? ub : 0, dgv, bk ? dgb : 0, duv,
+                               bk ? dub : 0 };
+    size_t fwd_bytes, dx_bytes;
+    sj_devptr fwd_work = ffn_workspace(ctx, &fp, hl, fwd_config, call_fwd, &ops, &fwd_bytes),
+              dx_work = ffn_workspace(ctx, &xp, hl, dx_config, call_dx, &ops, &dx_bytes);
+    SJ_ASSERT_OK(call_fwd(ctx, &fp, fwd_work, fwd_bytes, &ops));
+    SJ_ASSERT_OK(call_dx(ctx, &xp, dx_work, dx_bytes, &ops));
     SJ_ASSERT_OK(sj_synchronize(ctx));
 
     uint16_t *out = malloc(tok * b16), *u_v = malloc(ell * b16), *u_b = malloc(bk * b16 + 2);
@@ -601,9 +682,9 @@ static void run_case(sj_context *ctx, const ffn_case *c)
         sj_devptr Y1 = poisoned(ctx, tok * b16), uv1 = poisoned(ctx, ell * b16), ub1 = poisoned(ctx, bk * b16),
                   dX1 = poisoned(ctx, tok * b16), dgv1 = poisoned(ctx, ell * 4), dgb1 = poisoned(ctx, bk * 4),
                   duv1 = poisoned(ctx, ell * 4), dub1 = poisoned(ctx, bk * 4);
-        SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y1, uv1, bk ? ub1 : 0, NULL));
+        SJ_ASSERT_OK(sj_hybrid_ffn_fwd(ctx, &fp, dX_in, &H, dWu, dWd, Y1, uv1, bk ? ub1 : 0, 0, 0, NULL));
         SJ_ASSERT_OK(sj_hybrid_ffn_dx(ctx, &xp, ddY, &H, uv, bk ? ub : 0, dWg, dWu, dWd, dX1, dgv1, bk ? dgb1 : 0, duv1,
-                                      bk ? dub1 : 0, NULL));
+                                      bk ? dub1 : 0, 0, 0, NULL));
         SJ_ASSERT_OK(sj_synchronize(ctx));
         size_t differ = count_differences(ctx, "u (ELL)", dt, 2, uv, uv1, ell) +
                         count_differences(ctx, "dg (ELL)", dt, 4, dgv, dgv1, ell) +
@@ -626,7 +707,7 @@ static void run_case(sj_context *ctx, const ffn_case *c)
     }
     sj_hybrid_host_free(&a);
     SJ_ASSERT_OK(sj_hybrid_device_free(ctx, &H));
-    sj_devptr all[] = { dX_in, dWg, dWu, dWd, ddY, Y, uv, ub, dXo, dgv, dgb, duv, dub };
+    sj_devptr all[] = { dX_in, dWg, dWu, dWd, ddY, Y, uv, ub, dXo, dgv, dgb, duv, dub, fwd_work, dx_work };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) sj_free(ctx, all[i]);
     free(X), free(WgT), free(WuT), free(Wd), free(dY), free(out), free(u_v), free(u_b);
     free(g_v), free(g_b), free(d_v), free(d_b), free(gWg), free(gWu), free(gWd);
@@ -691,10 +772,61 @@ static void test_step_matches_reference(void **state)
                  "bits (above)", checks_failed, split_cases_differing);
 }
 
+/* Once its kernel is loaded, sj_hybrid_ffn_workspace is a lookup: 2000 queries (a tensor-core
+ * fwd, a BUSY dw) generate, compile and load nothing (the stats' counts stay), and their host time
+ * a query is printed; sj_set_config changes what it answers, as it changes the kernel. */
+static void test_size_query_is_a_lookup(void **state)
+{
+    (void)state;
+    sj_context *ctx;
+    TU_REQUIRE_GPU(ctx);
+    sj_hybrid_layout l;
+    SJ_ASSERT_OK(sj_hybrid_layout_init(&l, SJ_DTYPE_BF16, 256, 1024, 128, 32));
+    sj_problem fp, wp;
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_FWD, 512, &fp));
+    SJ_ASSERT_OK(sj_hybrid_ffn_problem(&l, SJ_OP_HYBRID_FFN_DW, 512, &wp));
+    size_t bytes = 1, transpose;
+    SJ_ASSERT_OK(sj_set_config(ctx, &fp, "ALGO=0"));
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &fp, &l, &bytes));
+    assert_int_equal(bytes, 0);
+    SJ_ASSERT_OK(sj_set_config(ctx, &fp, "ALGO=2"));
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, "BUSY=512"));
+    hybrid_pairs_ws pw;
+    hybrid_pairs_plan(l.rows, l.cols, l.width, l.backup_rows, 1, &pw);
+    hybrid_dw_busy_ws bw;
+    hybrid_dw_busy_plan(l.rows, l.cols, 512, 512, 2, 2, &bw);
+    SJ_ASSERT_OK(sj_hybrid_ffn_dw_workspace(&l, &transpose));
+    sj_stats before, after;
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &fp, &l, &bytes)); /* loads the kernels */
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &wp, &l, &bytes));
+    SJ_ASSERT_OK(sj_get_stats(ctx, &before));
+    const int queries = 1000;
+    const double t0 = rt_seconds();
+    for (int i = 0; i < queries; i++) {
+        SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &fp, &l, &bytes));
+        assert_int_equal(bytes, pw.total);
+        SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &wp, &l, &bytes));
+        assert_int_equal(bytes, transpose + bw.total);
+    }
+    const double us = (rt_seconds() - t0) / (2.0 * queries) * 1e6;
+    SJ_ASSERT_OK(sj_get_stats(ctx, &after));
+    assert_int_equal(after.lua_generations, before.lua_generations);
+    assert_int_equal(after.nvrtc_compiles, before.nvrtc_compiles);
+    assert_int_equal(after.cache_hits + after.cache_misses, before.cache_hits + before.cache_misses);
+    assert_int_equal(after.launches, before.launches);
+    print_message("  sj_hybrid_ffn_workspace once loaded: %.2f us a query (host)\n", us);
+    SJ_ASSERT_OK(sj_set_config(ctx, &fp, ""));
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, "BUSY=0"));
+    SJ_ASSERT_OK(sj_hybrid_ffn_workspace(ctx, &wp, &l, &bytes));
+    assert_int_equal(bytes, transpose);
+    SJ_ASSERT_OK(sj_set_config(ctx, &wp, ""));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_reference),
+        cmocka_unit_test(test_size_query_is_a_lookup),
     };
     return TU_RUN_TESTS(tests, setup, NULL);
 }

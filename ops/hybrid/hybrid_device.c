@@ -1,6 +1,6 @@
 /* hybrid_device.c: hybrid matrices in device memory: allocation, upload, download, the growth of
- * the backup, the report of where the rows went, the check of a device matrix against a
- * problem, and the hybrid-gate problem of a layout. */
+ * the backup, the report of where the rows went, the checks of a layout and of a device matrix
+ * against a problem, and the hybrid-gate problem of a layout. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
@@ -123,16 +123,23 @@ sj_status sj_hybrid_report_device(sj_context *ctx, const sj_hybrid_device *d, sj
     return st;
 }
 
+sj_status hybrid_check_layout(const sj_hybrid_layout *l, const sj_problem *p, const char *name, const char *what)
+{
+    if (!l) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: %s is NULL", what, name);
+    sj_status st = hybrid_layout_check(l, what);
+    if (st != SJ_OK) return st;
+    if (l->rows != p->m || l->cols != p->n || l->width != p->twell_capacity || l->dtype != p->dtype)
+        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: %s is %s %lld x %lld W=%d, the problem expects %s %lld x %lld W=%d",
+                         what, name, sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->width,
+                         sj_dtype_name(p->dtype), (long long)p->m, (long long)p->n, p->twell_capacity);
+    return SJ_OK;
+}
+
 sj_status hybrid_check_device(const sj_hybrid_device *H, const sj_problem *p, const char *what)
 {
-    if (!H) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: H is NULL", what);
-    sj_status st = hybrid_layout_check(&H->layout, what);
+    sj_status st = hybrid_check_layout(H ? &H->layout : NULL, p, "H", what);
     if (st != SJ_OK) return st;
     const sj_hybrid_layout *l = &H->layout;
-    if (l->rows != p->m || l->cols != p->n || l->width != p->twell_capacity || l->dtype != p->dtype)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: H is %s %lld x %lld W=%d, the problem expects %s %lld x %lld W=%d",
-                         what, sj_dtype_name(l->dtype), (long long)l->rows, (long long)l->cols, l->width,
-                         sj_dtype_name(p->dtype), (long long)p->m, (long long)p->n, p->twell_capacity);
     const struct { const char *name; sj_devptr p; unsigned align; } ptrs[] = {
         { "H.values", H->values, 2 }, { "H.columns", H->columns, 2 }, { "H.nnz", H->nnz, 4 }, { "H.slot", H->slot, 4 },
         { "H.counter", H->counter, 4 }, { "H.owner", H->owner, 4 }, { "H.backup", H->backup, 2 } };

@@ -3,8 +3,9 @@
  * problem's sparsity and skew), built into the hybrid format on the host with a backup that holds
  * every overflow row, dY, and the per-pair values u (16-bit), dg and du (fp32) drawn at a's
  * positions (hybrid_inputs.h). A launch is the op's: the transpose stages into the harness's
- * workspace, then the kernel (with a BUSY > 0 config also the busy units' stages and GEMMs, in the
- * context's scratch). The output checked is dWgT, dWuT and dWd one after the other
+ * workspace, then the kernel (with a BUSY > 0 config also the busy units' stages and GEMMs, their
+ * buffers in the same workspace, sized for the kernel launched: hybrid_harness_workspace). The
+ * output checked is dWgT, dWuT and dWd one after the other
  * (3 d_ff rows of d_model) against an fp64 host sum over each checked unit's tokens, found by a
  * host transpose of a, sharing no code with the kernels. Baseline: the three dense
  * weight-gradient GEMMs. */
@@ -29,6 +30,7 @@ typedef struct dw_state {
     hybrid_grads g;
     hybrid_dw_ws plan;
     sj_devptr X, dYd, out, work;   /* out: dWgT, dWuT, dWd back to back */
+    size_t work_bytes;
 } dw_state;
 
 static void dw_teardown(harness *h)
@@ -60,14 +62,11 @@ static sj_status dw_setup(harness *h, uint64_t seed)
     s->U = (crng_matrix){ p->dtype, crng_key(seed, HYBRID_STREAM_U), p->m, p->d_ff, NULL };
     s->DG = (crng_matrix){ p->dtype, crng_key(seed, HYBRID_STREAM_DG), p->m, p->d_ff, NULL };
     s->DU = (crng_matrix){ p->dtype, crng_key(seed, HYBRID_STREAM_DU), p->m, p->d_ff, NULL };
-    size_t work_bytes;
     if ((st = random_device_matrix(h->ctx, &s->law.X, 0, &s->X)) != SJ_OK ||
         (st = random_device_matrix(h->ctx, &s->dY, 0, &s->dYd)) != SJ_OK ||
         (st = hybrid_pairs_upload(h->ctx, &s->a, &s->U, HYBRID_PAIR_16, &s->u.values, &s->u.backup)) != SJ_OK ||
         (st = hybrid_pairs_upload(h->ctx, &s->a, &s->DG, HYBRID_PAIR_F32, &s->g.dg_values, &s->g.dg_backup)) != SJ_OK ||
-        (st = hybrid_pairs_upload(h->ctx, &s->a, &s->DU, HYBRID_PAIR_F32, &s->g.du_values, &s->g.du_backup)) != SJ_OK ||
-        (st = sj_hybrid_ffn_dw_workspace(&s->a.layout, &work_bytes)) != SJ_OK ||
-        (st = sj_malloc(h->ctx, work_bytes, &s->work)) != SJ_OK)
+        (st = hybrid_pairs_upload(h->ctx, &s->a, &s->DU, HYBRID_PAIR_F32, &s->g.du_values, &s->g.du_backup)) != SJ_OK)
         return st;
     hybrid_dw_plan(p->m, p->d_ff, p->twell_capacity, s->a.layout.backup_rows, &s->plan);
     h->out_rows = 3 * p->d_ff;
@@ -83,7 +82,9 @@ static sj_status dw_launch(harness *h, const loaded_kernel *k, void *stream)
     dw_state *s = h->state;
     const size_t grad = (size_t)(h->problem.d_ff * h->problem.n) * sj_dtype_size(h->problem.out_dtype);
     hybrid_weight_grads out = { s->out, s->out + grad, s->out + 2 * grad };
-    return hybrid_ffn_dw_launch(h->ctx, k, s->X, s->dYd, &s->H, &s->u, &s->g, &out, s->work, &s->plan, 0, stream);
+    sj_status st = hybrid_harness_workspace(h->ctx, k, &s->H.layout, &s->work, &s->work_bytes);
+    if (st != SJ_OK) return st;
+    return hybrid_ffn_dw_launch(h->ctx, k, s->X, s->dYd, &s->H, &s->u, &s->g, &out, s->work, &s->plan, stream);
 }
 
 /* One active pair of a on the host: its token and its value bits. */

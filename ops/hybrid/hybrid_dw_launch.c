@@ -1,50 +1,15 @@
 /* hybrid_dw_launch.c: the weight gradients' launch sequence, which sj_hybrid_ffn_dw and the
- * hybrid-ffn-dw harness share: the workspace plan of the transpose (sj_hybrid_ffn_dw_workspace),
- * the transpose of H's pairs into per-unit token lists (templates/hybrid_transpose.lua, a kernel
- * per stage, after the bitmaps are zeroed on the stream), then the gradient kernel; for a BUSY > 0
- * config (not the default) the busy units' stages and their two dense GEMMs around it. */
+ * hybrid-ffn-dw harness share: the transpose of H's pairs into per-unit token lists in the
+ * caller's workspace (templates/hybrid_transpose.lua, a kernel per stage, after the bitmaps are
+ * zeroed on the stream), then the gradient kernel; for a BUSY > 0 config (not the default) the
+ * busy units' stages and their two dense GEMMs around it, in the busy buffers after the
+ * transpose's in the same workspace. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
 
-#include <stdint.h>
 #include <stdio.h>
-#include <string.h>
-
-static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
-
-void hybrid_dw_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, hybrid_dw_ws *out)
-{
-    const int64_t words = cols * ((rows + 31) / 32), dense = rows * cols,
-                  held = rows * width + backup_rows * (cols - width);
-    out->words = words;
-    out->pairs = held < dense ? held : dense;
-    out->bits = 0;
-    out->wpre = align16((size_t)words * 4);
-    out->start = out->wpre + align16((size_t)words * 4);
-    out->list = out->start + align16((size_t)(cols + 1) * 4);
-    out->total = out->list + align16((size_t)out->pairs * 4);
-}
-
-sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *l, size_t *bytes)
-{
-    sj_status st = hybrid_layout_check(l, "sj_hybrid_ffn_dw_workspace");
-    if (st != SJ_OK) return st;
-    if (!bytes) return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_dw_workspace: bytes is NULL");
-    /* a list entry is a 32-bit position (ELL slot or backup position), a start a 32-bit rank */
-    const int64_t positions = l->rows * l->width + l->backup_rows * l->cols;
-    if (positions > (int64_t)UINT32_MAX)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_dw_workspace: rows x W + backup_rows x cols = %lld "
-                         "positions; the weight gradients index at most 2^32 - 1", (long long)positions);
-    hybrid_dw_ws w;
-    hybrid_dw_plan(l->rows, l->cols, l->width, l->backup_rows, &w);
-    if (w.pairs > INT32_MAX)
-        return error_set(SJ_ERR_INVALID_ARGUMENT, "sj_hybrid_ffn_dw_workspace: the layout holds up to %lld pairs; the "
-                         "weight gradients rank at most 2^31 - 1", (long long)w.pairs);
-    *bytes = w.total;
-    return SJ_OK;
-}
 
 /* One stage of the transpose, keyed on the matrix's shape (the law unspecified: one compile). */
 static sj_status transpose_stage(sj_context *ctx, const sj_hybrid_layout *l, int stage, void **args, size_t n_args,
@@ -60,17 +25,6 @@ static sj_status transpose_stage(sj_context *ctx, const sj_hybrid_layout *l, int
     sj_status st = rt_kernel_with_config(ctx, &p, NULL, config, &k);
     if (st != SJ_OK) return error_prefix(st, "the hybrid transpose's %s", config);
     return rt_launch(ctx, k, args, n_args, stream);
-}
-
-/* The BUSY of a hybrid-ffn-dw kernel's config: its busy units' capacity (0: none). */
-static sj_status busy_capacity(const loaded_kernel *k, int *capacity)
-{
-    gen_config c;
-    sj_status st = gen_config_parse(k->config, &c);
-    *capacity = 0;
-    for (int i = 0; st == SJ_OK && i < c.n; i++)
-        if (!strcmp(c.names[i], "BUSY")) *capacity = c.values[i];
-    return st;
 }
 
 /* C = A . B for rows busy coefficient rows over the tokens (B: X or dY, tokens x d_model), fp32
@@ -132,7 +86,7 @@ static sj_status busy_sequence(sj_context *ctx, const loaded_kernel *k, const sj
 sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devptr X, sj_devptr dY,
                                const sj_hybrid_device *H, const hybrid_saved_u *u, const hybrid_grads *g,
                                const hybrid_weight_grads *out, sj_devptr workspace, const hybrid_dw_ws *w,
-                               sj_devptr busy, void *stream)
+                               void *stream)
 {
     const sj_hybrid_layout *l = &H->layout;
     dw_args a = { X, dY, H->values, H->owner, H->backup, H->counter, u->values, u->backup, g->dg_values, g->dg_backup,
@@ -140,8 +94,8 @@ sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
                   out->dWd, (int)l->backup_rows, 0 };
     sj_devptr bits = workspace + w->bits, wpre = workspace + w->wpre, columns = H->columns, nnz = H->nnz,
               slot = H->slot;
-    int capacity;
-    sj_status st = busy_capacity(k, &capacity);
+    int capacity; /* BUSY: the busy units' slots (0: none) */
+    sj_status st = hybrid_config_value(k->config, "BUSY", &capacity);
     if (st != SJ_OK) return st;
     /* the marks are ORed into zeroed bitmaps; the other arrays are written whole before read */
     CU_CHECK(cu.cuMemsetD32Async((CUdeviceptr)bits, 0, (size_t)w->words, (CUstream)stream), "zeroing the token bitmaps");
@@ -160,11 +114,5 @@ sj_status hybrid_ffn_dw_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
     const sj_problem *p = &k->problem;
     hybrid_dw_busy_ws b;
     hybrid_dw_busy_plan(p->m, p->d_ff, p->n, capacity, sj_dtype_size(p->dtype), sj_dtype_size(p->out_dtype), &b);
-    const int scratch = !busy;
-    if (scratch && (st = rt_scratch(ctx, b.total, &busy)) != SJ_OK) return st;
-    st = busy_sequence(ctx, k, l, &a, RT_ARGS(args), capacity, busy, &b, stream);
-    /* the context's scratch goes back as it came, zeros (runtime.h, rt_scratch), also when a
-     * stage failed after others wrote it */
-    if (scratch) CU_CHECK(cu.cuMemsetD32Async((CUdeviceptr)busy, 0, b.total / 4, (CUstream)stream), "zeroing the scratch");
-    return st;
+    return busy_sequence(ctx, k, l, &a, RT_ARGS(args), capacity, workspace + w->total, &b, stream);
 }

@@ -2,8 +2,10 @@
  * through the request path (rt_kernel_for / rt_launch): sj_hybrid_ffn_fwd
  * (templates/hybrid_ffn_fwd.lua), sj_hybrid_ffn_dx (templates/hybrid_ffn_dx.lua) and
  * sj_hybrid_ffn_dw (the transpose, then templates/hybrid_ffn_dw.lua: hybrid_dw_launch.c), their
- * argument checks, the fwd and dx launches (shared with the harness; an L2-blocked config, SPLIT
- * > 0, and the tensor-core variants, ALGO=2, are two kernels in stream order) and their problem. */
+ * argument checks (the caller's workspace against the kernel they resolve:
+ * hybrid_ffn_workspace.c), the fwd and dx launches (shared with the harness; an L2-blocked config,
+ * SPLIT > 0, and the tensor-core variants, ALGO=2, are two kernels in stream order) and their
+ * problem. */
 #include "core/error.h"
 #include "runtime/runtime.h"
 #include "ops/hybrid/hybrid.h"
@@ -26,10 +28,12 @@ sj_status sj_hybrid_ffn_problem(const sj_hybrid_layout *l, sj_op op, int64_t d_m
     return sj_problem_validate(out);
 }
 
-/* The checks both entry points share: the problem (of op), H against it, and the dense
- * operands named in names (16-byte aligned). */
+/* The checks the entry points share: the problem (of op), H against it, the dense operands named
+ * in names (16-byte aligned), and the workspace's alignment when there is one (whether it must
+ * be there and its size depend on the kernel: hybrid_ffn_workspace_check, after resolving it). */
 static sj_status ffn_check(sj_context *ctx, const sj_problem *p, sj_op op, const sj_hybrid_device *H,
-                           const char *const names[], const sj_devptr ptrs[], int n, const char *what)
+                           const char *const names[], const sj_devptr ptrs[], int n, sj_devptr workspace,
+                           const char *what)
 {
     if (!ctx) return error_set(SJ_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", what);
     sj_status st = sj_problem_validate(p);
@@ -41,7 +45,7 @@ static sj_status ffn_check(sj_context *ctx, const sj_problem *p, sj_op op, const
     if ((st = hybrid_check_device(H, &rows, what)) != SJ_OK) return st;
     for (int i = 0; i < n; i++)
         if ((st = rt_check_ptr(names[i], ptrs[i], 16)) != SJ_OK) return st;
-    return SJ_OK;
+    return workspace ? rt_check_ptr("workspace", workspace, 16) : SJ_OK;
 }
 
 /* The per-pair arrays: the ELL-shaped one always, the backup-shaped one when there is a backup. */
@@ -87,18 +91,14 @@ static sj_status launch_stages(sj_context *ctx, const loaded_kernel *k, void **a
 /* Canonical configs sort their names, so ALGO leads: ALGO=2 is the tensor-core variant. */
 static int pairs_variant(const loaded_kernel *k) { return !strncmp(k->config, "ALGO=2,", 7); }
 
-/* ALGO=2's workspace (*work, or the context's scratch when 0) and TMA descriptors: the up
- * product's rows (X; dY) and weights (WuT; Wd), 32-element boxes, and the down product's one or
- * two weights (Wd; WgT, WuT), 64 x 64 boxes. */
-static sj_status pairs_tail(sj_context *ctx, const loaded_kernel *k, const sj_hybrid_device *H, int halves,
-                            sj_devptr *work, sj_devptr up_x, sj_devptr up_w, const sj_devptr down_w[2], tensor_map maps[4])
+/* ALGO=2's TMA descriptors: the up product's rows (X; dY) and weights (WuT; Wd), 32-element
+ * boxes, and the down product's one or two weights (Wd; WgT, WuT), 64 x 64 boxes. */
+static sj_status pairs_maps(sj_context *ctx, const loaded_kernel *k, int halves, sj_devptr up_x, sj_devptr up_w,
+                            const sj_devptr down_w[2], tensor_map maps[4])
 {
     const sj_problem *p = &k->problem;
-    hybrid_pairs_ws w;
-    hybrid_pairs_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, halves, &w);
     sj_status st;
-    if ((!*work && (st = rt_scratch(ctx, w.total, work)) != SJ_OK) ||
-        (st = rt_tensor_map_rows(ctx, &maps[0], up_x, p->m, p->n, TMA_ROWS32, "TMA descriptor of the up product's rows")) != SJ_OK ||
+    if ((st = rt_tensor_map_rows(ctx, &maps[0], up_x, p->m, p->n, TMA_ROWS32, "TMA descriptor of the up product's rows")) != SJ_OK ||
         (st = rt_tensor_map_rows(ctx, &maps[1], up_w, p->d_ff, p->n, TMA_ROWS32, "TMA descriptor of the up product's weights")) != SJ_OK)
         return st;
     for (int i = 0; i < halves; i++)
@@ -118,7 +118,7 @@ sj_status hybrid_ffn_fwd_launch(sj_context *ctx, const loaded_kernel *k, sj_devp
     tensor_map maps[4] = { { { 0 } } };
     const sj_devptr down[2] = { Wd, 0 };
     sj_status st;
-    if (pairs_variant(k) && (st = pairs_tail(ctx, k, H, 1, &work, X, WuT, down, maps)) != SJ_OK) return st;
+    if (pairs_variant(k) && (st = pairs_maps(ctx, k, 1, X, WuT, down, maps)) != SJ_OK) return st;
     /* the launch reads as many arguments as the kernel declares: ALGO=0's stop at R */
     void *args[] = { &X, &values, &columns, &nnz, &slot, &backup, &WuT, &Wd, &Y, &uv, &ub, &r, &work,
                      &maps[0], &maps[1], &maps[2] };
@@ -136,7 +136,7 @@ sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
     tensor_map maps[4] = { { { 0 } } };
     const sj_devptr down[2] = { WgT, WuT };
     sj_status st;
-    if (pairs_variant(k) && (st = pairs_tail(ctx, k, H, 2, &work, dY, Wd, down, maps)) != SJ_OK) return st;
+    if (pairs_variant(k) && (st = pairs_maps(ctx, k, 2, dY, Wd, down, maps)) != SJ_OK) return st;
     /* ALGO=0's kernels stop at R */
     void *args[] = { &dY, &values, &columns, &nnz, &slot, &backup, &uv, &ub, &WgT, &WuT, &Wd, &dX,
                      &dgv, &dgb, &duv, &dub, &r, &work, &maps[0], &maps[1], &maps[2], &maps[3] };
@@ -145,38 +145,42 @@ sj_status hybrid_ffn_dx_launch(sj_context *ctx, const loaded_kernel *k, sj_devpt
 
 sj_status sj_hybrid_ffn_fwd(sj_context *ctx, const sj_problem *p, sj_devptr X, const sj_hybrid_device *H,
                             sj_devptr WuT, sj_devptr Wd, sj_devptr Y, sj_devptr u_values, sj_devptr u_backup,
-                            void *stream)
+                            sj_devptr workspace, size_t workspace_bytes, void *stream)
 {
     RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_fwd";
     const char *const names[] = { "X", "WuT", "Wd", "Y" };
     const sj_devptr ptrs[] = { X, WuT, Wd, Y };
-    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_FWD, H, names, ptrs, 4, what);
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_FWD, H, names, ptrs, 4, workspace, what);
     if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
     const loaded_kernel *k;
-    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK ||
+        (st = hybrid_ffn_workspace_check(k, &H->layout, workspace, workspace_bytes, what)) != SJ_OK)
+        return st;
     hybrid_saved_u u = { u_values, u_backup };
-    return hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y, &u, 0, stream);
+    return hybrid_ffn_fwd_launch(ctx, k, X, H, WuT, Wd, Y, &u, workspace, stream);
 }
 
 sj_status sj_hybrid_ffn_dx(sj_context *ctx, const sj_problem *p, sj_devptr dY, const sj_hybrid_device *H,
                            sj_devptr u_values, sj_devptr u_backup, sj_devptr WgT, sj_devptr WuT, sj_devptr Wd,
                            sj_devptr dX, sj_devptr dg_values, sj_devptr dg_backup, sj_devptr du_values,
-                           sj_devptr du_backup, void *stream)
+                           sj_devptr du_backup, sj_devptr workspace, size_t workspace_bytes, void *stream)
 {
     RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_dx";
     const char *const names[] = { "dY", "WgT", "WuT", "Wd", "dX" };
     const sj_devptr ptrs[] = { dY, WgT, WuT, Wd, dX };
-    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DX, H, names, ptrs, 5, what);
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DX, H, names, ptrs, 5, workspace, what);
     if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
     if (st == SJ_OK) st = pair_arrays(H, "dg_values", dg_values, "dg_backup", dg_backup, 4);
     if (st == SJ_OK) st = pair_arrays(H, "du_values", du_values, "du_backup", du_backup, 4);
     const loaded_kernel *k;
-    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK ||
+        (st = hybrid_ffn_workspace_check(k, &H->layout, workspace, workspace_bytes, what)) != SJ_OK)
+        return st;
     hybrid_saved_u u = { u_values, u_backup };
     hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
-    return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, 0, stream);
+    return hybrid_ffn_dx_launch(ctx, k, dY, H, &u, WgT, WuT, Wd, dX, &g, workspace, stream);
 }
 
 sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj_devptr dY, const sj_hybrid_device *H,
@@ -186,22 +190,20 @@ sj_status sj_hybrid_ffn_dw(sj_context *ctx, const sj_problem *p, sj_devptr X, sj
 {
     RT_USE_CONTEXT(ctx);
     const char *what = "sj_hybrid_ffn_dw";
-    const char *const names[] = { "X", "dY", "dWgT", "dWuT", "dWd", "workspace" };
-    const sj_devptr ptrs[] = { X, dY, dWgT, dWuT, dWd, workspace };
-    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DW, H, names, ptrs, 6, what);
+    const char *const names[] = { "X", "dY", "dWgT", "dWuT", "dWd" };
+    const sj_devptr ptrs[] = { X, dY, dWgT, dWuT, dWd };
+    sj_status st = ffn_check(ctx, p, SJ_OP_HYBRID_FFN_DW, H, names, ptrs, 5, workspace, what);
     if (st == SJ_OK) st = pair_arrays(H, "u_values", u_values, "u_backup", u_backup, 2);
     if (st == SJ_OK) st = pair_arrays(H, "dg_values", dg_values, "dg_backup", dg_backup, 4);
     if (st == SJ_OK) st = pair_arrays(H, "du_values", du_values, "du_backup", du_backup, 4);
-    size_t need = 0;
-    if (st == SJ_OK && (st = sj_hybrid_ffn_dw_workspace(&H->layout, &need)) == SJ_OK && workspace_bytes < need)
-        st = error_set(SJ_ERR_INVALID_ARGUMENT, "%s: workspace_bytes = %zu; H's layout needs at least %zu "
-                       "(sj_hybrid_ffn_dw_workspace)", what, workspace_bytes, need);
     const loaded_kernel *k;
-    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK) return st;
+    if (st != SJ_OK || (st = rt_kernel_for(ctx, p, &k)) != SJ_OK ||
+        (st = hybrid_ffn_workspace_check(k, &H->layout, workspace, workspace_bytes, what)) != SJ_OK)
+        return st;
     hybrid_dw_ws w;
     hybrid_dw_plan(H->layout.rows, H->layout.cols, H->layout.width, H->layout.backup_rows, &w);
     hybrid_saved_u u = { u_values, u_backup };
     hybrid_grads g = { dg_values, dg_backup, du_values, du_backup };
     hybrid_weight_grads out = { dWgT, dWuT, dWd };
-    return hybrid_ffn_dw_launch(ctx, k, X, dY, H, &u, &g, &out, workspace, &w, 0, stream);
+    return hybrid_ffn_dw_launch(ctx, k, X, dY, H, &u, &g, &out, workspace, &w, stream);
 }

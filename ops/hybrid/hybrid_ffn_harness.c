@@ -7,7 +7,9 @@
  * at its positions. The output checked is Y (fwd) or dX (dx) against an fp64 host sum over each
  * row's active units (the hybrid matrix as uploaded), sharing no code with the kernels; the
  * per-pair outputs (u, dg, du) are checked by tests/test_hybrid_ffn_gpu.c through the weight
- * gradients. Baselines: the dense products the ops replace. */
+ * gradients. A tensor-core kernel (ALGO=2) lists the pairs in a workspace of the harness, sized
+ * for the kernel launched (hybrid_harness_workspace). Baselines: the dense products the ops
+ * replace. */
 #include "tuner/harness.h"
 #include "core/error.h"
 #include "runtime/runtime.h"
@@ -29,6 +31,8 @@ typedef struct ffn_state {
     hybrid_saved_u u;
     hybrid_grads g;
     sj_devptr X, WgT, WuT, Wd, out; /* X is dY for the dx */
+    sj_devptr work;                 /* ALGO=2's list: hybrid_harness_workspace */
+    size_t work_bytes;
 } ffn_state;
 
 static void ffn_teardown(harness *h)
@@ -36,7 +40,7 @@ static void ffn_teardown(harness *h)
     ffn_state *s = h->state;
     if (!s) return;
     sj_devptr *ptrs[] = { &s->u.values, &s->u.backup, &s->g.dg_values, &s->g.dg_backup, &s->g.du_values,
-                          &s->g.du_backup, &s->X, &s->WgT, &s->WuT, &s->Wd, &s->out };
+                          &s->g.du_backup, &s->X, &s->WgT, &s->WuT, &s->Wd, &s->out, &s->work };
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
         if (*ptrs[i]) sj_free(h->ctx, *ptrs[i]);
     sj_hybrid_device_free(h->ctx, &s->H);
@@ -92,13 +96,17 @@ static sj_status dx_setup(harness *h, uint64_t seed) { return ffn_setup_common(h
 static sj_status fwd_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return hybrid_ffn_fwd_launch(h->ctx, k, s->X, &s->H, s->WuT, s->Wd, s->out, &s->u, 0, stream);
+    sj_status st = hybrid_harness_workspace(h->ctx, k, &s->H.layout, &s->work, &s->work_bytes);
+    if (st != SJ_OK) return st;
+    return hybrid_ffn_fwd_launch(h->ctx, k, s->X, &s->H, s->WuT, s->Wd, s->out, &s->u, s->work, stream);
 }
 
 static sj_status dx_launch(harness *h, const loaded_kernel *k, void *stream)
 {
     ffn_state *s = h->state;
-    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, 0, stream);
+    sj_status st = hybrid_harness_workspace(h->ctx, k, &s->H.layout, &s->work, &s->work_bytes);
+    if (st != SJ_OK) return st;
+    return hybrid_ffn_dx_launch(h->ctx, k, s->X, &s->H, &s->u, s->WgT, s->WuT, s->Wd, s->out, &s->g, s->work, stream);
 }
 
 /* Row r of a weight matrix as doubles. */

@@ -1,8 +1,10 @@
-/* hybrid_inputs.c: the hybrid FFN harnesses' generated inputs (hybrid_inputs.h): the activations
- * of a law as a host hybrid matrix, and per-pair values at its positions uploaded in its shapes. */
+/* hybrid_inputs.c: what the hybrid FFN harnesses share (hybrid_inputs.h): the activations of a law
+ * as a host hybrid matrix, per-pair values at its positions uploaded in its shapes, and the
+ * workspace each launched kernel needs. */
 #include "ops/hybrid/hybrid_inputs.h"
 #include "core/error.h"
 #include "tuner/harness.h"
+#include "ops/hybrid/hybrid.h"
 #include "ops/hybrid/hybrid_format.h"
 
 #include <stdlib.h>
@@ -58,4 +60,20 @@ done:
     free(ev);
     free(bv);
     return st;
+}
+
+sj_status hybrid_harness_workspace(sj_context *ctx, const loaded_kernel *k, const sj_hybrid_layout *l, sj_devptr *work,
+                                   size_t *bytes)
+{
+    size_t need;
+    sj_status st = hybrid_ffn_workspace_of(&k->problem, k->config, l, &need);
+    if (st != SJ_OK || need <= *bytes) return st;
+    /* the kernels queued on the old one must finish before it goes */
+    if (*work && ((st = sj_synchronize(ctx)) != SJ_OK || (st = sj_free(ctx, *work)) != SJ_OK)) return st;
+    *work = 0;
+    *bytes = 0;
+    if ((st = sj_malloc(ctx, need, work)) != SJ_OK)
+        return error_prefix(st, "harness: the workspace of %s config %s", k->template_name, k->config);
+    *bytes = need;
+    return SJ_OK;
 }

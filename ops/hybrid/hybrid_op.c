@@ -120,14 +120,6 @@ static void example_transpose(sj_problem *p)
     fill_defaults(p);
 }
 
-/* The most any hybrid matrix of the problem's shape needs: a backup row for every token. */
-static size_t dw_workspace(const sj_problem *p)
-{
-    hybrid_dw_ws w;
-    hybrid_dw_plan(p->m, p->d_ff, p->twell_capacity, p->m, &w);
-    return w.total;
-}
-
 /* templates/hybrid_gate.lua's WG: the main loop of twell_gate.lua's WG=0 and WG=1; the epilogue
  * reserves row positions and backup rows with atomics (ATOMG/RED in SASS). */
 static const op_variant variants[] = {
@@ -184,6 +176,7 @@ const op_desc op_hybrid_ffn_fwd = {
     .key_text = key_text_ffn,
     .fill_defaults = fill_defaults_ffn,
     .label = label,
+    .workspace = hybrid_ffn_workspace_bound,
     .harness = &harness_hybrid_ffn_fwd,
     .baseline_help = "the up GEMM (tokens x d_ff over d_model), relu(gate) (.) up and the down GEMM",
     .example = example_fwd,
@@ -202,6 +195,7 @@ const op_desc op_hybrid_ffn_dx = {
     .key_text = key_text_ffn,
     .fill_defaults = fill_defaults_ffn,
     .label = label,
+    .workspace = hybrid_ffn_workspace_bound,
     .harness = &harness_hybrid_ffn_dx,
     .baseline_help = "dH = dY . Wd^T, the two element-wise products of dG and dU, and dX's two GEMMs",
     .example = example_dx,
@@ -230,7 +224,7 @@ const op_desc op_hybrid_ffn_dw = {
     .key_text = key_text_ffn,
     .fill_defaults = fill_defaults_ffn,
     .label = label,
-    .workspace = dw_workspace,
+    .workspace = hybrid_ffn_workspace_bound,
     .harness = &harness_hybrid_ffn_dw,
     .baseline_help = "the three dense weight-gradient GEMMs (d_ff x d_model over tokens)",
     .example = example_dw,

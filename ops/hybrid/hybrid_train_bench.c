@@ -21,7 +21,11 @@
  * (not by the order its blocks run in), so the same inputs overflow the same rows at every
  * launch and none is dropped; the check (before timing) reads the matrix back and refuses an
  * unplaced row. Sizing it on the host instead would need the whole gate GEMM there. Every
- * workspace (u, dg, du at the pairs, the transpose's) is allocated in setup, never while timed.
+ * buffer (u, dg, du at the pairs, the workspace) is allocated in setup, never while timed. The
+ * workspace is one buffer of the largest of what sj_hybrid_ffn_workspace says fwd's, dx's and
+ * dw's kernels need (the parts run in stream order, so they can share it); setup resolves those
+ * kernels (a forced config, else the tuned winner, else the default) and loads them, so the
+ * first launch's time leaves out their compilation.
  *
  * Inputs: the gate harness's (twell_gate_inputs: X and WgT uniform in [-1, 1), column 0 of X
  * ones and of WgT each unit's bias, so relu(X . Wg) has the problem's sparsity and skew), WuT,
@@ -118,8 +122,22 @@ static sj_status place_every_row(sj_context *ctx, bench_case *c)
     return SJ_OK;
 }
 
+/* The workspace fwd's, dx's and dw's kernels share: the largest they need over H's layout. */
+static sj_status shared_workspace(sj_context *ctx, bench_case *c)
+{
+    const sj_problem *parts[] = { &c->fwd, &c->dx, &c->p };
+    c->work_bytes = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        size_t need;
+        sj_status st = sj_hybrid_ffn_workspace(ctx, parts[i], &c->H.layout, &need);
+        if (st != SJ_OK) return st;
+        c->work_bytes = need > c->work_bytes ? need : c->work_bytes;
+    }
+    return sj_malloc(ctx, c->work_bytes, &c->work);
+}
+
 /* The per-pair arrays of H's layout (ELL-shaped, and backup-shaped when there is a backup) and
- * the transpose's workspace. */
+ * the workspace. */
 static sj_status pair_buffers(sj_context *ctx, bench_case *c)
 {
     const sj_hybrid_layout *l = &c->H.layout;
@@ -127,8 +145,7 @@ static sj_status pair_buffers(sj_context *ctx, bench_case *c)
     const size_t esz = sj_dtype_size(l->dtype);
     sj_status st;
     if ((st = sj_malloc(ctx, ell * esz, &c->u.values)) != SJ_OK || (st = sj_malloc(ctx, ell * 4, &c->g.dg_values)) != SJ_OK ||
-        (st = sj_malloc(ctx, ell * 4, &c->g.du_values)) != SJ_OK ||
-        (st = sj_hybrid_ffn_dw_workspace(l, &c->work_bytes)) != SJ_OK || (st = sj_malloc(ctx, c->work_bytes, &c->work)) != SJ_OK)
+        (st = sj_malloc(ctx, ell * 4, &c->g.du_values)) != SJ_OK || (st = shared_workspace(ctx, c)) != SJ_OK)
         return st;
     if (!bk) return SJ_OK;
     if ((st = sj_malloc(ctx, bk * esz, &c->u.backup)) != SJ_OK || (st = sj_malloc(ctx, bk * 4, &c->g.dg_backup)) != SJ_OK)
@@ -172,10 +189,12 @@ static sj_status launch_part(sj_context *ctx, bench_case *c, int part)
     case PART_GATE:
         return sj_hybrid_gate(ctx, &c->gate, c->X, c->WgT, &c->H, NULL);
     case PART_FWD:
-        return sj_hybrid_ffn_fwd(ctx, &c->fwd, c->X, &c->H, c->WuT_d, c->Wd_d, c->Y, c->u.values, c->u.backup, NULL);
+        return sj_hybrid_ffn_fwd(ctx, &c->fwd, c->X, &c->H, c->WuT_d, c->Wd_d, c->Y, c->u.values, c->u.backup, c->work,
+                                 c->work_bytes, NULL);
     case PART_DX:
         return sj_hybrid_ffn_dx(ctx, &c->dx, c->dY_d, &c->H, c->u.values, c->u.backup, c->WgT, c->WuT_d, c->Wd_d, c->dX,
-                                c->g.dg_values, c->g.dg_backup, c->g.du_values, c->g.du_backup, NULL);
+                                c->g.dg_values, c->g.dg_backup, c->g.du_values, c->g.du_backup, c->work, c->work_bytes,
+                                NULL);
     case PART_DW:
         return sj_hybrid_ffn_dw(ctx, &c->p, c->X, c->dY_d, &c->H, c->u.values, c->u.backup, c->g.dg_values,
                                 c->g.dg_backup, c->g.du_values, c->g.du_backup, c->dWgT, c->dWuT, c->dWd, c->work,

@@ -14,7 +14,7 @@
 -- its tail (ops/hybrid/hybrid_ffn_api.c): fwd (X, values, columns, nnz, slot, backup, WuT, Wd, Y,
 -- u_values, u_backup, R, work, tm_x, tm_wu, tm_wd); dx (dY, values, columns, nnz, slot, backup,
 -- u_values, u_backup, WgT, WuT, Wd, dX, dg_values, dg_backup, du_values, du_backup, R, work, tm_dy,
--- tm_wd, tm_wg, tm_wu); `work` a workspace the op takes from the context (hybrid_pairs_plan in
+-- tm_wd, tm_wg, tm_wu); `work` the caller's workspace (hybrid_pairs_plan in
 -- ops/hybrid/hybrid_pairs_list.c sizes it; the offsets below agree):
 --   STAGE=0, the listing (one CTA per token): the token's active pairs, its ELL slots (in any order)
 --     and its backup row's non-zeros, marked in a shared bitmap of d_ff bits, then each written at
