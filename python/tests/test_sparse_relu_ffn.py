@@ -4,8 +4,9 @@ and the module's whole step (gate, backup growth, report, autograd, the weight g
 compact per-pair values) on the CPU with stand-ins for the kernels (the three that write the hybrid
 format's arrays as the C API documents them, and the weight gradients'), every unspecified slot poisoned. On a GPU: the step
 through the real kernels against fp64 autograd of the dense block at 50% and 99% zeros, every
-row overflowing in some cases, and the eager bodies against the torch ops. Skips, saying why,
-where torch or a GPU is missing."""
+row overflowing in some cases, the eager bodies against the torch ops, and the variants that take
+a workspace (ALGO=2, BUSY) forced: their workspaces from torch's allocator, the step against fp64.
+Skips, saying why, where torch or a GPU is missing."""
 from __future__ import annotations
 
 import ctypes
@@ -411,3 +412,47 @@ def test_eager_bodies_give_the_hybrid_ops_results():
     for a, b in zip(ops.hybrid_ffn_dw(x, dy, h, fwd[1], fwd[2], *pairs, 0.9, None),
                     eager.hybrid_ffn_dw(x, dy, h, fwd[1], fwd[2], *pairs, 0.9, None)):
         assert torch.equal(a, b) and a.isfinite().all()  # deterministic: the sums run in token order
+
+
+def _taking_torch_memory(call, workspace: int):
+    """call()'s outputs, after checking that torch's allocator peaked at least at the outputs'
+    bytes and workspace more during it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = call()
+    torch.cuda.synchronize()
+    outputs = sum(t.numel() * t.element_size() for t in out)
+    assert torch.cuda.max_memory_allocated() - before >= outputs + workspace
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_workspace_variants_take_torch_memory_and_match_fp64(dtype):
+    """The tensor-core fwd and dx (ALGO=2) and the busy units' dw (BUSY=128) forced: each op's
+    workspace comes from torch's caching allocator (the peak grows by the outputs and at least
+    sj_hybrid_ffn_workspace's bytes, which are not 0), and a training step still matches fp64."""
+    tokens, d_model, d_ff, width, sparsity = 512, 256, 1024, 64, 0.9
+    ops, sops = torch.ops.sparsejit, sparsejit.ops
+    fwd_op, dx_op, dw_op = sops._OP_HYBRID_FFN_FWD, sops._OP_HYBRID_FFN_DX, sops._OP_HYBRID_FFN_DW
+    ctx = sparsejit.Context.for_device(torch.cuda.current_device())
+    configs = {fwd_op: "ALGO=2", dx_op: "ALGO=2", dw_op: "BUSY=128"}
+    plans = {op: sops._hybrid_ffn_plan(op, tokens, d_ff, width, tokens, dtype, d_model, dtype, sparsity)
+             for op in configs}
+    try:
+        for op, config in configs.items():
+            ctx.set_config(plans[op][1], config)
+        x, wg, wu, wd, dy = ffn_inputs(tokens, d_model, d_ff, sparsity, dtype, "cuda", seed=3)
+        need = {op: sops._hybrid_workspace(ctx.handle, p, lay, x.device).numel() for op, (lay, p) in plans.items()}
+        assert all(need.values()), need
+        h = ops.hybrid_gate(x, wg, width, tokens, sparsity)
+        fwd = _taking_torch_memory(lambda: ops.hybrid_ffn_fwd(x, h, wu, wd, sparsity, None), need[fwd_op])
+        dx = _taking_torch_memory(lambda: ops.hybrid_ffn_dx(dy, h, *fwd[1:], wg, wu, wd, sparsity, None), need[dx_op])
+        _taking_torch_memory(lambda: ops.hybrid_ffn_dw(x, dy, h, *fwd[1:], *dx[1:], sparsity, None), need[dw_op])
+        m = sparsejit.nn.SparseReLUFFN(d_model, d_ff, ell_width=width, backup_rows=tokens, sparsity=sparsity,
+                                       dtype=dtype, device="cuda")
+        check_step(m, tokens, sparsity, seed=4, lead=(tokens,))
+    finally:
+        for op in configs:
+            ctx.set_config(plans[op][1], "")

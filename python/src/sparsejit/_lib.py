@@ -10,7 +10,7 @@ from ctypes import (POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int64
 from pathlib import Path
 
 #: The ABI this binding is written for (SJ_ABI_VERSION in include/sparsejit.h).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 class SparsejitError(RuntimeError):
@@ -293,11 +293,12 @@ PROTOTYPES: dict[str, tuple] = {
     "sj_hybrid_gate_problem": (_S, [_P(HybridLayout), c_int64, _P(Problem)]),
     "sj_hybrid_gate": (_S, [_ctx, _P(Problem), c_uint64, c_uint64, _P(HybridDevice), c_void_p]),
     "sj_hybrid_ffn_problem": (_S, [_P(HybridLayout), c_int, c_int64, _P(Problem)]),
+    "sj_hybrid_ffn_workspace": (_S, [_ctx, _P(Problem), _P(HybridLayout), _P(c_size_t)]),
     "sj_hybrid_ffn_fwd": (_S, [_ctx, _P(Problem), c_uint64, _P(HybridDevice), c_uint64, c_uint64, c_uint64,
-                               c_uint64, c_uint64, c_void_p]),
+                               c_uint64, c_uint64, c_uint64, c_size_t, c_void_p]),
     "sj_hybrid_ffn_dx": (_S, [_ctx, _P(Problem), c_uint64, _P(HybridDevice), c_uint64, c_uint64, c_uint64,
-                              c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_void_p]),
-    "sj_hybrid_ffn_dw_workspace": (_S, [_P(HybridLayout), _P(c_size_t)]),
+                              c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_size_t,
+                              c_void_p]),
     "sj_hybrid_ffn_dw": (_S, [_ctx, _P(Problem), c_uint64, c_uint64, _P(HybridDevice), c_uint64, c_uint64, c_uint64,
                               c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_uint64, c_size_t,
                               c_void_p]),

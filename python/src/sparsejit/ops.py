@@ -10,7 +10,10 @@ Host cost: what depends only on the call's plain arguments (shape, pattern, dtyp
 the sj_problem, the expected array sizes, the workspace size and the checks on those - is built
 once per key and kept (the ``_plan`` caches below; the C side reads the structs through const
 pointers, so one copy serves every call and thread). Per call remain the checks on the tensors
-themselves, the output allocations and the launch (bench/ops_host_cost.py times this path)."""
+themselves, the output allocations and the launch (bench/ops_host_cost.py times this path), and
+for the hybrid FFN ops the size of their workspace, which depends on the kernel the call resolves
+(sj_hybrid_ffn_workspace: a kernel-table lookup once loaded, so a new winner or sj_set_config is
+followed at once)."""
 from __future__ import annotations
 
 import ctypes
@@ -39,7 +42,7 @@ _VNM_SPMM_LOWRANK = lib.sj_vnm_spmm_lowrank
 _VNM_DX_EXACT, _VNM_DOUBLE_PRUNE, _GMP_PRUNE = lib.sj_vnm_dx_exact, lib.sj_vnm_double_prune, lib.sj_gmp_prune
 _TWELL_GATE, _TWELL_FFN = lib.sj_twell_gate, lib.sj_twell_ffn_ws
 _HYBRID_GATE, _HYBRID_FFN_FWD, _HYBRID_FFN_DX = lib.sj_hybrid_gate, lib.sj_hybrid_ffn_fwd, lib.sj_hybrid_ffn_dx
-_HYBRID_FFN_DW = lib.sj_hybrid_ffn_dw
+_HYBRID_FFN_DW, _HYBRID_FFN_WORKSPACE = lib.sj_hybrid_ffn_dw, lib.sj_hybrid_ffn_workspace
 # The current stream's cudaStream_t as an int (what torch.compile's generated code calls):
 # torch.cuda.current_stream builds a Stream object per call, several us.
 # Absent from CPU-only builds of torch, which have no CUDA tensors for an op to launch on.
@@ -617,6 +620,17 @@ def _hybrid_ffn_plan(op: int, tokens: int, d_ff: int, width: int, backup_rows: i
     return lay, _with_law(p, sparsity)
 
 
+def _hybrid_workspace(handle, p: Problem, lay: HybridLayout, device: torch.device) -> torch.Tensor:
+    """The workspace of the hybrid FFN kernel that p resolves to now (sj_hybrid_ffn_workspace: the
+    forced config, else the tuned winner, else the default; a table lookup once the kernel is
+    loaded, so it is asked every call and follows sj_set_config and new winners) as a uint8
+    tensor from torch's caching allocator, empty when the kernel needs none. Keep it until the
+    launch is queued: freed after that, it goes back stream-ordered."""
+    need = ctypes.c_size_t()
+    check(_HYBRID_FFN_WORKSPACE(handle, _byref(p), _byref(lay), _byref(need)), "sj_hybrid_ffn_workspace")
+    return torch.empty(need.value, dtype=torch.uint8, device=device)
+
+
 def _gate_checks(x: torch.Tensor, wg_t: torch.Tensor, width: int, backup_rows: int,
                  sparsity: float) -> tuple[HybridLayout, Problem]:
     """The plan of a gate call after checking its operands (the fake's checks too)."""
@@ -707,7 +721,9 @@ def _hybrid_ffn_fwd(x: torch.Tensor, h: list[torch.Tensor], wu_t: torch.Tensor, 
     u_values tokens x W at the pairs' ELL slots, u_backup backup_rows x d_ff at their backup
     positions, x's dtype, nothing else of them written) and y = sum_j a u Wd[j] (tokens x
     d_model, out_dtype, default x's). wu_t, wd d_ff x d_model. What the backward needs is x, H
-    and u."""
+    and u. A kernel that needs a workspace (the tensor-core variant, ALGO=2, if tuned or forced)
+    gets it from torch's caching allocator (sj_hybrid_ffn_workspace's bytes), as do the dx and
+    the dw."""
     _check(x, "hybrid_ffn_fwd: x", 2)
     _check(wu_t, "hybrid_ffn_fwd: wu_t", 2)
     _check(wd, "hybrid_ffn_fwd: wd", 2)
@@ -718,9 +734,10 @@ def _hybrid_ffn_fwd(x: torch.Tensor, h: list[torch.Tensor], wu_t: torch.Tensor, 
     u_values = torch.empty(x.shape[0], lay.width, dtype=x.dtype, device=x.device)
     u_backup = torch.empty(lay.backup_rows, lay.cols, dtype=x.dtype, device=x.device)
     handle, stream = _ctx_stream(x)
+    work = _hybrid_workspace(handle, p, lay, x.device)
     check(_HYBRID_FFN_FWD(handle, _byref(p), x.data_ptr(), _byref(_hybrid_device(lay, h)), wu_t.data_ptr(),
-                          wd.data_ptr(), y.data_ptr(), u_values.data_ptr(), u_backup.data_ptr(), stream),
-          "sj_hybrid_ffn_fwd")
+                          wd.data_ptr(), y.data_ptr(), u_values.data_ptr(), u_backup.data_ptr(), work.data_ptr(),
+                          work.numel(), stream), "sj_hybrid_ffn_fwd")
     return y, u_values, u_backup
 
 
@@ -771,10 +788,11 @@ def _hybrid_ffn_dx(dy: torch.Tensor, h: list[torch.Tensor], u_values: torch.Tens
     dg_backup, du_backup = (torch.empty(lay.backup_rows, lay.cols, dtype=torch.float32, device=dy.device)
                             for _ in range(2))
     handle, stream = _ctx_stream(dy)
+    work = _hybrid_workspace(handle, p, lay, dy.device)
     check(_HYBRID_FFN_DX(handle, _byref(p), dy.data_ptr(), _byref(_hybrid_device(lay, h)), u_values.data_ptr(),
                          u_backup.data_ptr(), wg_t.data_ptr(), wu_t.data_ptr(), wd.data_ptr(), dx.data_ptr(),
                          dg_values.data_ptr(), dg_backup.data_ptr(), du_values.data_ptr(), du_backup.data_ptr(),
-                         stream), "sj_hybrid_ffn_dx")
+                         work.data_ptr(), work.numel(), stream), "sj_hybrid_ffn_dx")
     return dx, dg_values, dg_backup, du_values, du_backup
 
 
@@ -789,14 +807,6 @@ def _(dy, h, u_values, u_backup, wg_t, wu_t, wd, sparsity, out_dtype=None):
     return (dy.new_empty(dy.shape, dtype=out_dtype or dy.dtype), dy.new_empty(ell, dtype=f32),
             dy.new_empty(bk, dtype=f32), dy.new_empty(ell, dtype=f32), dy.new_empty(bk, dtype=f32))
 
-
-
-@functools.lru_cache(maxsize=_PLANS)
-def _hybrid_dw_workspace(tokens: int, d_ff: int, width: int, backup_rows: int, dtype: torch.dtype) -> int:
-    """Bytes of sj_hybrid_ffn_dw's workspace for H's layout (the transpose of its pairs)."""
-    n = ctypes.c_size_t()
-    call("sj_hybrid_ffn_dw_workspace", _byref(_hybrid_layout(tokens, d_ff, width, backup_rows, dtype)), _byref(n))
-    return n.value
 
 
 def _hybrid_dw_checks(x, dy, h, u_values, u_backup, dg_values, dg_backup, du_values, du_backup, sparsity,
@@ -823,9 +833,10 @@ def _hybrid_ffn_dw(x: torch.Tensor, dy: torch.Tensor, h: list[torch.Tensor], u_v
     active pairs (t, j) only, dWgT[j] = sum_t dg x[t], dWuT[j] = sum_t du x[t], dWd[j] = sum_t a u
     dy[t] (d_ff x d_model each, out_dtype, default x's), fp32 sums in token order (deterministic).
     x, dy tokens x d_model; h hybrid_gate's arrays; u_* hybrid_ffn_fwd's, dg_*, du_* hybrid_ffn_dx's.
-    The transpose of H's pairs goes into a workspace from torch's caching allocator
-    (sj_hybrid_ffn_dw_workspace bytes, freed when the call returns: stream-ordered). An incomplete
-    H (counter > backup_rows) gives NaN gradients. Returns (dwg_t, dwu_t, dwd)."""
+    The transpose of H's pairs (and a BUSY > 0 config's busy units' buffers) goes into a workspace
+    from torch's caching allocator (sj_hybrid_ffn_workspace's bytes for the kernel the call
+    resolves, freed when the call returns: stream-ordered). An incomplete H (counter >
+    backup_rows) gives NaN gradients. Returns (dwg_t, dwu_t, dwd)."""
     pairs = (u_values, u_backup, dg_values, dg_backup, du_values, du_backup)
     for t, what in ((x, "x"), (dy, "dy")) + tuple(zip(pairs, ("u_values", "u_backup", "dg_values", "dg_backup",
                                                             "du_values", "du_backup"))):
@@ -834,11 +845,10 @@ def _hybrid_ffn_dw(x: torch.Tensor, dy: torch.Tensor, h: list[torch.Tensor], u_v
     for name, t in zip(HYBRID_ARRAYS, h):
         _check(t, f"hybrid_ffn_dw: h.{name}", t.dim())
     grads = tuple(torch.empty(lay.cols, x.shape[1], dtype=out_dtype or x.dtype, device=x.device) for _ in range(3))
-    work_bytes = _hybrid_dw_workspace(x.shape[0], lay.cols, lay.width, lay.backup_rows, x.dtype)
-    work = torch.empty(work_bytes, dtype=torch.uint8, device=x.device)
     handle, stream = _ctx_stream(x)
+    work = _hybrid_workspace(handle, p, lay, x.device)
     check(_HYBRID_FFN_DW(handle, _byref(p), x.data_ptr(), dy.data_ptr(), _byref(_hybrid_device(lay, h)),
-                         *(t.data_ptr() for t in pairs), *(g.data_ptr() for g in grads), work.data_ptr(), work_bytes,
+                         *(t.data_ptr() for t in pairs), *(g.data_ptr() for g in grads), work.data_ptr(), work.numel(),
                          stream), "sj_hybrid_ffn_dw")
     return grads
 
