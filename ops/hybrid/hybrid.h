@@ -98,6 +98,9 @@ typedef struct hybrid_weight_grads {
     sj_devptr dWgT, dWuT, dWd;
 } hybrid_weight_grads;
 
+/* n rounded up to 16 bytes: every buffer of the dw's workspace plans starts 16-byte aligned. */
+static inline size_t hybrid_align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
 /* The workspace of hybrid-ffn-dw's transpose for a matrix of rows x cols, W, backup_rows: byte
  * offsets of the token bitmaps and word prefixes (cols x ceil(rows / 32) words each), the list
  * starts (cols + 1 ints) and the list (pairs words, pairs = what the layout can hold), and the

@@ -4,8 +4,6 @@
  * buffers, which the launch (hybrid_dw_launch.c) lays out and the GPU test reads back. */
 #include "ops/hybrid/hybrid.h"
 
-static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 int64_t hybrid_dw_busy_threshold(int64_t tokens) { return (tokens + 63) / 64; }
 
 void hybrid_dw_busy_select_host(const int64_t *counts, int64_t d_ff, int64_t tokens, int capacity, int32_t *slot_of,
@@ -28,9 +26,9 @@ void hybrid_dw_busy_plan(int64_t tokens, int64_t d_ff, int64_t d_model, int capa
                          hybrid_dw_busy_ws *out)
 {
     out->slot_of = 0;
-    out->unit_of = align16((size_t)d_ff * 4);
-    out->a = out->unit_of + align16(((size_t)capacity + 1) * 4);
+    out->unit_of = hybrid_align16((size_t)d_ff * 4);
+    out->a = out->unit_of + hybrid_align16(((size_t)capacity + 1) * 4);
     out->a_bytes = 3 * (size_t)capacity * (size_t)tokens * in_size;
-    out->c = out->a + align16(out->a_bytes);
-    out->total = out->c + align16(3 * (size_t)capacity * (size_t)d_model * out_size);
+    out->c = out->a + hybrid_align16(out->a_bytes);
+    out->total = out->c + hybrid_align16(3 * (size_t)capacity * (size_t)d_model * out_size);
 }

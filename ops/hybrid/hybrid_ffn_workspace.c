@@ -14,8 +14,6 @@
 #include <stdint.h>
 #include <string.h>
 
-static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
-
 void hybrid_dw_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, hybrid_dw_ws *out)
 {
     const int64_t words = cols * ((rows + 31) / 32), dense = rows * cols,
@@ -23,10 +21,10 @@ void hybrid_dw_plan(int64_t rows, int64_t cols, int width, int64_t backup_rows, 
     out->words = words;
     out->pairs = held < dense ? held : dense;
     out->bits = 0;
-    out->wpre = align16((size_t)words * 4);
-    out->start = out->wpre + align16((size_t)words * 4);
-    out->list = out->start + align16((size_t)(cols + 1) * 4);
-    out->total = out->list + align16((size_t)out->pairs * 4);
+    out->wpre = hybrid_align16((size_t)words * 4);
+    out->start = out->wpre + hybrid_align16((size_t)words * 4);
+    out->list = out->start + hybrid_align16((size_t)(cols + 1) * 4);
+    out->total = out->list + hybrid_align16((size_t)out->pairs * 4);
 }
 
 sj_status sj_hybrid_ffn_dw_workspace(const sj_hybrid_layout *l, size_t *bytes)
